@@ -1,0 +1,262 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ProvisioningMode says who owns a proxy's machine.
+// +kubebuilder:validation:Enum=Managed;External
+type ProvisioningMode string
+
+const (
+	// ModeManaged proxies are created and deleted by a configured provider.
+	ModeManaged ProvisioningMode = "Managed"
+	// ModeExternal proxies exist elsewhere; the operator only tracks and probes them.
+	ModeExternal ProvisioningMode = "External"
+)
+
+// ProxyPhase is the one-word summary shown by `kubectl get px`.
+type ProxyPhase string
+
+const (
+	PhasePending      ProxyPhase = "Pending"
+	PhaseProvisioning ProxyPhase = "Provisioning"
+	PhaseReady        ProxyPhase = "Ready"
+	PhaseUnhealthy    ProxyPhase = "Unhealthy"
+	PhaseDeleting     ProxyPhase = "Deleting"
+	PhaseFailed       ProxyPhase = "Failed"
+)
+
+// Condition types.
+const (
+	ConditionProvisioned = "Provisioned"
+	ConditionHealthy     = "Healthy"
+)
+
+// Defaults applied by the CRD schema and, for bodies that bypass the API server, by Default.
+const (
+	DefaultPort             int32 = 3128
+	DefaultMaxLeases        int32 = 5
+	DefaultProbeURL               = "https://www.gstatic.com/generate_204"
+	DefaultIntervalSeconds  int32 = 30
+	DefaultTimeoutSeconds   int32 = 5
+	DefaultFailureThreshold int32 = 3
+	DefaultSuccessThreshold int32 = 1
+)
+
+// DefaultExpectedStatusCodes are the probe answers counted as success.
+var DefaultExpectedStatusCodes = []int32{200, 204}
+
+// Proxy is one HTTP egress proxy: a machine the operator provisions (Managed) or merely
+// tracks (External), probed through itself and handed out to crawlers.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=px,categories=crawl
+// +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`
+// +kubebuilder:printcolumn:name="Provider",type=string,JSONPath=`.spec.provider`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="IP",type=string,JSONPath=`.status.ip`
+// +kubebuilder:printcolumn:name="Healthy",type=string,JSONPath=`.status.conditions[?(@.type=="Healthy")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Proxy struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   ProxySpec   `json:"spec"`
+	Status ProxyStatus `json:"status,omitempty"`
+}
+
+// ProxyList is a list of Proxies.
+//
+// +kubebuilder:object:root=true
+type ProxyList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Proxy `json:"items"`
+}
+
+// ProxySpec is what the user asks for.
+//
+// +kubebuilder:validation:XValidation:rule="(self.mode == 'Managed') == (has(self.provider) && self.provider != '')",message="provider is required when mode is Managed and must be empty when mode is External"
+// +kubebuilder:validation:XValidation:rule="(self.mode == 'External') == has(self.endpoint)",message="endpoint is required when mode is External and must be absent when mode is Managed"
+type ProxySpec struct {
+	// Mode is Managed (the operator creates the machine) or External (the machine exists
+	// elsewhere; the operator only tracks and probes it). Immutable.
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="mode is immutable"
+	Mode ProvisioningMode `json:"mode"`
+
+	// Provider names an entry of the providers config ("mock", "gcp-eu", ...).
+	// Required iff mode is Managed. Immutable.
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="provider is immutable"
+	// +optional
+	Provider string `json:"provider,omitempty"`
+
+	// Placement says where and how big; providers ignore fields that do not apply.
+	// Changing it on a Managed proxy replaces the machine.
+	// +optional
+	Placement *PlacementSpec `json:"placement,omitempty"`
+
+	// CloudInit is the user-data passed to the machine, inline or from a Secret key.
+	// Changing it (or the Secret's content) on a Managed proxy replaces the machine.
+	// +optional
+	CloudInit *CloudInitSpec `json:"cloudInit,omitempty"`
+
+	// Endpoint is where an External proxy listens. Required iff mode is External.
+	// +optional
+	Endpoint *EndpointSpec `json:"endpoint,omitempty"`
+
+	// Port is the port a Managed proxy listens on once its machine is up.
+	// +kubebuilder:default=3128
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	// +optional
+	Port int32 `json:"port,omitempty"`
+
+	// Attributes are the selection attributes crawlers filter on (geo, asn, purpose...).
+	// They are deliberately apart from the object's labels.
+	// +kubebuilder:validation:MaxProperties=32
+	// +optional
+	Attributes map[string]string `json:"attributes,omitempty"`
+
+	// HealthCheck configures the probe made through the proxy.
+	// +kubebuilder:default={}
+	// +optional
+	HealthCheck *HealthCheckSpec `json:"healthCheck,omitempty"`
+
+	// MaxLeases is how many leases may be held on this proxy at once; 0 lists it but never leases it.
+	// +kubebuilder:default=5
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=10000
+	// +optional
+	MaxLeases *int32 `json:"maxLeases,omitempty"`
+}
+
+// PlacementSpec is a small typed set of placement settings.
+type PlacementSpec struct {
+	// +kubebuilder:validation:MaxLength=63
+	// +optional
+	Region string `json:"region,omitempty"`
+	// +kubebuilder:validation:MaxLength=63
+	// +optional
+	Zone string `json:"zone,omitempty"`
+	// +kubebuilder:validation:MaxLength=128
+	// +optional
+	MachineType string `json:"machineType,omitempty"`
+	// Image is a machine image (GCP) or a container image (kubernetes provider).
+	// +kubebuilder:validation:MaxLength=512
+	// +optional
+	Image string `json:"image,omitempty"`
+}
+
+// CloudInitSpec holds user-data inline or names a Secret key that holds it. Exactly one.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.inline) != has(self.secretRef)",message="exactly one of inline or secretRef must be set"
+type CloudInitSpec struct {
+	// +kubebuilder:validation:MaxLength=262144
+	// +optional
+	Inline *string `json:"inline,omitempty"`
+	// SecretRef names a Secret in the Proxy's namespace; the Secret must carry the label
+	// crawl.example.com/cloud-init: "true".
+	// +optional
+	SecretRef *SecretKeyRef `json:"secretRef,omitempty"`
+}
+
+// SecretKeyRef names one key of a Secret in the Proxy's namespace.
+type SecretKeyRef struct {
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Key string `json:"key"`
+}
+
+// EndpointSpec is where an External proxy listens.
+type EndpointSpec struct {
+	// Host is an IP address or DNS name.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Host string `json:"host"`
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Port int32 `json:"port"`
+}
+
+// HealthCheckSpec configures the probe: a GET of ProbeURL through the proxy.
+//
+// +kubebuilder:validation:XValidation:rule="self.timeoutSeconds <= self.intervalSeconds",message="timeoutSeconds must not exceed intervalSeconds"
+type HealthCheckSpec struct {
+	// +kubebuilder:default="https://www.gstatic.com/generate_204"
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('http://') || self.startsWith('https://')",message="probeURL must be an http:// or https:// URL"
+	// +optional
+	ProbeURL string `json:"probeURL,omitempty"`
+	// +kubebuilder:default=30
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=3600
+	// +optional
+	IntervalSeconds int32 `json:"intervalSeconds,omitempty"`
+	// +kubebuilder:default=5
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=60
+	// +optional
+	TimeoutSeconds int32 `json:"timeoutSeconds,omitempty"`
+	// +kubebuilder:default=3
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	FailureThreshold int32 `json:"failureThreshold,omitempty"`
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	SuccessThreshold int32 `json:"successThreshold,omitempty"`
+	// +kubebuilder:default={200,204}
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:Minimum=100
+	// +kubebuilder:validation:items:Maximum=599
+	// +listType=set
+	// +optional
+	ExpectedStatusCodes []int32 `json:"expectedStatusCodes,omitempty"`
+}
+
+// ProxyStatus is what the operator observed. Every field is a pure function of the
+// operator's inputs, so an unchanged fleet re-synced any number of times yields the same bytes.
+type ProxyStatus struct {
+	// ObservedGeneration is set by Metacontroller after each sync; declared so it is not pruned.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// +kubebuilder:validation:Enum=Pending;Provisioning;Ready;Unhealthy;Deleting;Failed
+	// +optional
+	Phase ProxyPhase `json:"phase,omitempty"`
+	// ProviderID is the provider's opaque ID of the current machine.
+	// +optional
+	ProviderID string `json:"providerID,omitempty"`
+	// IP is where the proxy answers (for External proxies, spec.endpoint.host).
+	// +optional
+	IP string `json:"ip,omitempty"`
+	// SpecHash is the hash of the spec (placement, cloud-init content, image, port) the
+	// current machine was created from; a different desired hash replaces the machine.
+	// +optional
+	SpecHash string `json:"specHash,omitempty"`
+	// FailureCount counts consecutive transient provider failures; it drives the backoff.
+	// +optional
+	FailureCount int32 `json:"failureCount,omitempty"`
+	// Conditions are Provisioned and Healthy.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// LastHealthCheckTime is the time of the probe that last changed status, not of the latest probe.
+	// +optional
+	LastHealthCheckTime *metav1.Time `json:"lastHealthCheckTime,omitempty"`
+	// LatencyMillis is the probe latency, rewritten only when it moves by more than 50 %.
+	// +optional
+	LatencyMillis int64 `json:"latencyMillis,omitempty"`
+}
+
+// Key is the proxy's namespace/name, its ID in the discovery API.
+func (p *Proxy) Key() string { return p.Namespace + "/" + p.Name }

@@ -1,0 +1,87 @@
+package v1alpha1
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+)
+
+// Validate repeats the CRD's schema and CEL rules for bodies that did not pass through the
+// API server, and checks what the schema cannot. It names the first offending field.
+func (s *ProxySpec) Validate() error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("spec.%s: %s", field, fmt.Sprintf(format, args...)))
+	}
+	switch s.Mode {
+	case ModeManaged:
+		if s.Provider == "" {
+			bad("provider", "required when mode is Managed")
+		}
+		if s.Endpoint != nil {
+			bad("endpoint", "must be absent when mode is Managed")
+		}
+	case ModeExternal:
+		if s.Provider != "" {
+			bad("provider", "must be empty when mode is External")
+		}
+		if s.Endpoint == nil {
+			bad("endpoint", "required when mode is External")
+		} else {
+			if strings.TrimSpace(s.Endpoint.Host) == "" {
+				bad("endpoint.host", "required")
+			}
+			if s.Endpoint.Port < 1 || s.Endpoint.Port > 65535 {
+				bad("endpoint.port", "%d is not a port (1-65535)", s.Endpoint.Port)
+			}
+		}
+	case "":
+		bad("mode", "required (Managed or External)")
+	default:
+		bad("mode", "%q is not Managed or External", s.Mode)
+	}
+	if s.Port < 0 || s.Port > 65535 {
+		bad("port", "%d is not a port (1-65535)", s.Port)
+	}
+	if s.MaxLeases != nil && *s.MaxLeases < 0 {
+		bad("maxLeases", "%d must not be negative", *s.MaxLeases)
+	}
+	if c := s.CloudInit; c != nil {
+		if (c.Inline != nil) == (c.SecretRef != nil) {
+			bad("cloudInit", "exactly one of inline or secretRef must be set")
+		}
+		if r := c.SecretRef; r != nil && (r.Name == "" || r.Key == "") {
+			bad("cloudInit.secretRef", "name and key are required")
+		}
+	}
+	if h := s.HealthCheck; h != nil {
+		if h.ProbeURL != "" {
+			u, err := url.Parse(h.ProbeURL)
+			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				bad("healthCheck.probeURL", "%q must be an absolute http:// or https:// URL", h.ProbeURL)
+			}
+		}
+		if h.IntervalSeconds < 0 || h.IntervalSeconds > 3600 {
+			bad("healthCheck.intervalSeconds", "%d is out of range 1-3600", h.IntervalSeconds)
+		}
+		if h.TimeoutSeconds < 0 || h.TimeoutSeconds > 60 {
+			bad("healthCheck.timeoutSeconds", "%d is out of range 1-60", h.TimeoutSeconds)
+		}
+		if h.IntervalSeconds > 0 && h.TimeoutSeconds > h.IntervalSeconds {
+			bad("healthCheck.timeoutSeconds", "%d must not exceed intervalSeconds %d", h.TimeoutSeconds, h.IntervalSeconds)
+		}
+		if h.FailureThreshold < 0 || h.FailureThreshold > 100 {
+			bad("healthCheck.failureThreshold", "%d is out of range 1-100", h.FailureThreshold)
+		}
+		if h.SuccessThreshold < 0 || h.SuccessThreshold > 100 {
+			bad("healthCheck.successThreshold", "%d is out of range 1-100", h.SuccessThreshold)
+		}
+		for _, c := range h.ExpectedStatusCodes {
+			if c < 100 || c > 599 {
+				bad("healthCheck.expectedStatusCodes", "%d is not an HTTP status code", c)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}

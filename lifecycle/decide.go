@@ -1,0 +1,445 @@
+package lifecycle
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "github.com/CHANGEME/proxy-operator/api/v1alpha1"
+	"github.com/CHANGEME/proxy-operator/providers"
+)
+
+// Decide returns the full desired status, at most one action and the resync delay. On the
+// second pass (in.Outcome set) it never returns an action.
+func Decide(in Input) Decision {
+	p := in.Proxy
+	d := &decider{in: in, prev: p.Status, gen: p.Generation}
+	d.st = v1.ProxyStatus{
+		ObservedGeneration:  p.Generation,
+		Phase:               p.Status.Phase,
+		ProviderID:          p.Status.ProviderID,
+		IP:                  p.Status.IP,
+		SpecHash:            p.Status.SpecHash,
+		FailureCount:        p.Status.FailureCount,
+		LastHealthCheckTime: p.Status.LastHealthCheckTime,
+		LatencyMillis:       p.Status.LatencyMillis,
+	}
+	if in.SpecErr != nil && !in.Finalizing {
+		d.invalid(in.SpecErr)
+	} else if p.Spec.Mode == v1.ModeExternal {
+		d.external()
+	} else if in.Finalizing {
+		d.finalizeManaged()
+	} else {
+		d.syncManaged()
+	}
+	if d.st.Phase == "" {
+		d.st.Phase = v1.PhasePending
+	}
+	d.out.Status = d.st
+	return d.out
+}
+
+type decider struct {
+	in   Input
+	prev v1.ProxyStatus
+	gen  int64
+	st   v1.ProxyStatus
+	out  Decision
+}
+
+// invalid fails a Proxy whose spec makes no sense; nothing is created or deleted.
+func (d *decider) invalid(err error) {
+	d.st.Phase = v1.PhaseFailed
+	d.st.IP = ""
+	d.provisioned(metav1.ConditionFalse, ReasonInvalidSpec, err.Error())
+	d.healthCondition(false)
+}
+
+func (d *decider) external() {
+	d.st.ProviderID, d.st.SpecHash, d.st.FailureCount = "", "", 0
+	if ep := d.in.Proxy.Spec.Endpoint; ep != nil {
+		d.st.IP = ep.Host
+	}
+	d.provisioned(metav1.ConditionTrue, ReasonExternal, "tracked, not provisioned by the operator")
+	if d.in.Finalizing {
+		d.st.Phase = v1.PhaseDeleting
+		d.healthCondition(false)
+		d.out.Finalized = true
+		return
+	}
+	d.st.Phase = d.healthPhase(v1.PhasePending)
+	d.healthCondition(true)
+	d.out.ResyncAfter = d.healthResync()
+}
+
+func (d *decider) syncManaged() {
+	in := d.in
+	spec := &in.Proxy.Spec
+	if !in.ProviderKnown {
+		d.st.Phase = v1.PhaseFailed
+		d.provisioned(metav1.ConditionFalse, ReasonUnknownProvider, fmt.Sprintf("provider %q is not configured", spec.Provider))
+		d.healthCondition(false)
+		return
+	}
+	if in.Outcome != nil {
+		d.settle(*in.Outcome)
+		return
+	}
+	if in.ObserveErr != nil {
+		d.providerError(in.ObserveErr, "observe")
+		return
+	}
+	if in.CloudInitErr != nil {
+		// Without the content there is no desired hash: keep whatever runs, create nothing.
+		d.observeRunning(in.Instance, v1.PhasePending)
+		d.provisioned(metav1.ConditionFalse, ReasonCloudInitError, in.CloudInitErr.Error())
+		d.out.ResyncAfter = 0
+		return
+	}
+	desired := SpecHash(spec, in.CloudInit)
+	inst := in.Instance
+	if inst == nil {
+		if d.prev.Phase == v1.PhaseFailed && d.prev.SpecHash == desired && d.prevReason() == ReasonPermanentError {
+			// Permanent failure: no retries until the spec (hence the hash) changes.
+			d.keepProvisioned()
+			d.healthCondition(false)
+			return
+		}
+		d.act(Action{Kind: ActionCreate, Create: d.createRequest(desired)})
+		return
+	}
+	instHash := inst.SpecHash
+	if instHash == "" {
+		instHash = d.prev.SpecHash
+	}
+	switch {
+	case instHash != desired:
+		d.st.ProviderID = inst.ID
+		d.act(Action{Kind: ActionDelete, ProviderID: inst.ID})
+	case inst.State == providers.StateStopped || inst.State == providers.StateTerminated:
+		d.st.ProviderID = inst.ID
+		d.act(Action{Kind: ActionDelete, ProviderID: inst.ID})
+	case inst.State == providers.StateProvisioning || inst.IP == "":
+		d.st.ProviderID, d.st.SpecHash, d.st.IP = inst.ID, instHash, ""
+		d.st.Phase = v1.PhaseProvisioning
+		d.st.FailureCount = 0
+		d.provisioned(metav1.ConditionFalse, ReasonCreating, "instance "+inst.ID+" is starting")
+		d.healthCondition(false)
+		d.out.ResyncAfter = ProvisionPoll
+	default:
+		d.st.SpecHash = instHash
+		d.st.FailureCount = 0
+		d.observeRunning(inst, v1.PhaseProvisioning)
+		d.out.ResyncAfter = d.healthResync()
+	}
+}
+
+// observeRunning records a running instance (if any) and the health-derived phase.
+func (d *decider) observeRunning(inst *providers.Instance, fallback v1.ProxyPhase) {
+	if inst == nil || inst.State != providers.StateRunning || inst.IP == "" {
+		d.st.Phase = fallback
+		d.st.IP = ""
+		if inst != nil {
+			d.st.ProviderID = inst.ID
+		}
+		d.healthCondition(false)
+		return
+	}
+	d.st.ProviderID, d.st.IP = inst.ID, inst.IP
+	d.provisioned(metav1.ConditionTrue, ReasonRunning, "instance "+inst.ID+" is running")
+	d.st.Phase = d.healthPhase(v1.PhaseProvisioning)
+	d.healthCondition(true)
+}
+
+// act records the first-pass action and the status that holds while it runs.
+func (d *decider) act(a Action) {
+	d.out.Action = &a
+	switch a.Kind {
+	case ActionCreate:
+		d.st.Phase = v1.PhaseProvisioning
+		d.st.IP = ""
+		d.provisioned(metav1.ConditionFalse, ReasonCreating, "creating instance "+a.Create.Name)
+	case ActionDelete:
+		d.st.Phase = v1.PhaseProvisioning
+		if d.in.Finalizing {
+			d.st.Phase = v1.PhaseDeleting
+		}
+		d.st.IP = ""
+		d.provisioned(metav1.ConditionFalse, d.deleteReason(), "deleting instance "+a.ProviderID)
+	}
+	d.healthCondition(false)
+}
+
+func (d *decider) deleteReason() string {
+	switch {
+	case d.in.Finalizing:
+		return ReasonDeleting
+	case d.in.Instance != nil && (d.in.Instance.State == providers.StateStopped || d.in.Instance.State == providers.StateTerminated):
+		return ReasonInstanceLost
+	}
+	return ReasonReplacing
+}
+
+// settle folds the action's outcome into the status of the second pass.
+func (d *decider) settle(o Outcome) {
+	d.out.Action = nil
+	if o.Err != nil {
+		if o.Action.Kind == ActionCreate {
+			d.st.SpecHash = o.Action.Create.SpecHash
+		}
+		d.providerError(o.Err, string(o.Action.Kind))
+		return
+	}
+	d.st.FailureCount = 0
+	d.healthCondition(false)
+	d.st.IP = ""
+	switch o.Action.Kind {
+	case ActionCreate:
+		d.st.ProviderID, d.st.SpecHash = o.ProviderID, o.Action.Create.SpecHash
+		d.st.Phase = v1.PhaseProvisioning
+		d.provisioned(metav1.ConditionFalse, ReasonCreating, "instance "+o.ProviderID+" is starting")
+		d.out.ResyncAfter = ProvisionPoll
+	case ActionDelete:
+		d.st.ProviderID = o.Action.ProviderID
+		d.st.Phase = v1.PhaseProvisioning
+		if d.in.Finalizing {
+			d.st.Phase = v1.PhaseDeleting
+		}
+		d.provisioned(metav1.ConditionFalse, d.deleteReason(), "waiting for instance "+o.Action.ProviderID+" to be gone")
+		d.out.ResyncAfter = DeletePoll
+	}
+}
+
+// providerError records a failed provider call according to its class.
+func (d *decider) providerError(err error, op string) {
+	msg := op + ": " + err.Error()
+	if d.st.ProviderID == "" && d.st.Phase != v1.PhaseFailed {
+		d.st.Phase = v1.PhasePending
+	}
+	if d.in.Finalizing {
+		d.st.Phase = v1.PhaseDeleting
+	}
+	switch {
+	case errors.Is(err, providers.ErrQuotaExceeded):
+		d.provisioned(metav1.ConditionFalse, ReasonQuotaExceeded, msg)
+		d.out.ResyncAfter = QuotaResync
+	case errors.Is(err, providers.ErrPermanent) && !d.in.Finalizing:
+		d.st.Phase = v1.PhaseFailed
+		d.st.IP = ""
+		d.st.FailureCount = 0
+		d.provisioned(metav1.ConditionFalse, ReasonPermanentError, msg)
+		d.out.ResyncAfter = 0
+	case errors.Is(err, providers.ErrPermanent):
+		// A deletion must still happen: keep asking, slowly, and say why.
+		d.provisioned(metav1.ConditionFalse, ReasonPermanentError, msg)
+		d.out.ResyncAfter = BlockedResync
+	default:
+		d.st.FailureCount++
+		status := metav1.ConditionFalse
+		if d.st.ProviderID != "" {
+			status = metav1.ConditionUnknown
+		}
+		d.provisioned(status, ReasonTransientError, msg)
+		d.out.ResyncAfter = Backoff(d.st.FailureCount)
+	}
+	d.keepHealthCondition()
+}
+
+func (d *decider) finalizeManaged() {
+	in := d.in
+	d.st.Phase = v1.PhaseDeleting
+	d.st.IP = ""
+	d.healthCondition(false)
+	if !in.ProviderKnown {
+		if d.st.ProviderID == "" && in.Instance == nil {
+			d.provisioned(metav1.ConditionFalse, ReasonUnknownProvider, fmt.Sprintf("provider %q is not configured; nothing was created", in.Proxy.Spec.Provider))
+			d.out.Finalized = true
+			return
+		}
+		d.provisioned(metav1.ConditionFalse, ReasonUnknownProvider,
+			fmt.Sprintf("provider %q is not configured: cannot delete instance %s; configure it again or remove the finalizer by hand", in.Proxy.Spec.Provider, d.st.ProviderID))
+		d.out.ResyncAfter = BlockedResync
+		return
+	}
+	if in.Outcome != nil {
+		d.settle(*in.Outcome)
+		return
+	}
+	if in.ObserveErr != nil {
+		d.providerError(in.ObserveErr, "observe")
+		return
+	}
+	if in.Instance == nil {
+		d.st.ProviderID = ""
+		d.provisioned(metav1.ConditionFalse, ReasonDeleting, "instance deleted")
+		d.out.Finalized = true
+		return
+	}
+	d.st.ProviderID = in.Instance.ID
+	d.act(Action{Kind: ActionDelete, ProviderID: in.Instance.ID})
+}
+
+func (d *decider) createRequest(hash string) providers.CreateRequest {
+	p := d.in.Proxy
+	req := providers.CreateRequest{
+		Name:      providers.InstanceName(string(p.UID)),
+		OwnerUID:  string(p.UID),
+		SpecHash:  hash,
+		Namespace: p.Namespace,
+		ProxyName: p.Name,
+		Port:      p.Spec.Port,
+		CloudInit: d.in.CloudInit,
+	}
+	if pl := p.Spec.Placement; pl != nil {
+		req.Region, req.Zone, req.MachineType, req.Image = pl.Region, pl.Zone, pl.MachineType, pl.Image
+	}
+	return req
+}
+
+// healthPhase maps the prober's verdict onto Ready/Unhealthy, or unknown onto fallback.
+func (d *decider) healthPhase(unknown v1.ProxyPhase) v1.ProxyPhase {
+	switch d.in.Health.State {
+	case HealthHealthy:
+		return v1.PhaseReady
+	case HealthUnhealthy:
+		return v1.PhaseUnhealthy
+	}
+	return unknown
+}
+
+func (d *decider) healthResync() time.Duration {
+	if d.in.HealthResync > 0 {
+		return d.in.HealthResync
+	}
+	return DefaultHealthResync
+}
+
+// healthCondition writes the Healthy condition. When probed is false the proxy is not
+// probeable (no running instance) and health is Unknown.
+func (d *decider) healthCondition(probed bool) {
+	h := d.in.Health
+	if !probed || h.State == HealthUnknown || h.State == "" {
+		reason, msg := ReasonAwaitingInstance, "no running instance to probe"
+		if probed {
+			reason, msg = ReasonAwaitingProbe, "no probe verdict yet"
+		}
+		d.setCondition(v1.ConditionHealthy, metav1.ConditionUnknown, reason, msg)
+		return
+	}
+	if !h.Since.IsZero() {
+		t := metav1.NewTime(h.Since.UTC().Truncate(time.Second))
+		d.st.LastHealthCheckTime = &t
+	}
+	if moved(d.prev.LatencyMillis, h.LatencyMillis) {
+		d.st.LatencyMillis = h.LatencyMillis
+	}
+	if h.State == HealthHealthy {
+		d.setCondition(v1.ConditionHealthy, metav1.ConditionTrue, ReasonProbeSucceeded, "probe through the proxy succeeded")
+		return
+	}
+	msg := "probe through the proxy failed"
+	if h.Reason != "" {
+		msg += ": " + h.Reason
+	}
+	d.setCondition(v1.ConditionHealthy, metav1.ConditionFalse, ReasonProbeFailed, msg)
+}
+
+// moved reports whether latency changed by more than 50 % of the recorded value.
+func moved(recorded, now int64) bool {
+	if recorded == 0 {
+		return now != 0
+	}
+	diff := now - recorded
+	if diff < 0 {
+		diff = -diff
+	}
+	return diff*2 > recorded
+}
+
+// keepHealthCondition carries the previous Healthy condition over unchanged.
+func (d *decider) keepHealthCondition() {
+	if c := findCondition(d.prev.Conditions, v1.ConditionHealthy); c != nil {
+		d.st.Conditions = upsert(d.st.Conditions, *c)
+		return
+	}
+	d.healthCondition(false)
+}
+
+func (d *decider) keepProvisioned() {
+	if c := findCondition(d.prev.Conditions, v1.ConditionProvisioned); c != nil {
+		d.st.Conditions = upsert(d.st.Conditions, *c)
+	}
+}
+
+func (d *decider) prevReason() string {
+	if c := findCondition(d.prev.Conditions, v1.ConditionProvisioned); c != nil {
+		return c.Reason
+	}
+	return ""
+}
+
+func (d *decider) provisioned(status metav1.ConditionStatus, reason, msg string) {
+	d.setCondition(v1.ConditionProvisioned, status, reason, msg)
+}
+
+// setCondition keeps the previous transition time while the condition's status is unchanged,
+// so re-syncing a steady proxy yields the same bytes.
+func (d *decider) setCondition(typ string, status metav1.ConditionStatus, reason, msg string) {
+	c := metav1.Condition{
+		Type:               typ,
+		Status:             status,
+		ObservedGeneration: d.gen,
+		Reason:             reason,
+		Message:            msg,
+		LastTransitionTime: metav1.NewTime(d.in.Now.UTC().Truncate(time.Second)),
+	}
+	if old := findCondition(d.prev.Conditions, typ); old != nil && old.Status == status {
+		c.LastTransitionTime = old.LastTransitionTime
+	}
+	d.st.Conditions = upsert(d.st.Conditions, c)
+}
+
+func findCondition(cs []metav1.Condition, typ string) *metav1.Condition {
+	for i := range cs {
+		if cs[i].Type == typ {
+			return &cs[i]
+		}
+	}
+	return nil
+}
+
+// upsert replaces or appends c, keeping Provisioned before Healthy.
+func upsert(cs []metav1.Condition, c metav1.Condition) []metav1.Condition {
+	for i := range cs {
+		if cs[i].Type == c.Type {
+			cs[i] = c
+			return cs
+		}
+	}
+	cs = append(cs, c)
+	if len(cs) == 2 && cs[0].Type == v1.ConditionHealthy {
+		cs[0], cs[1] = cs[1], cs[0]
+	}
+	return cs
+}
+
+// RecordedHealth reads back the health a status last recorded, so a restarted prober can start
+// from it instead of from Unknown.
+func RecordedHealth(st v1.ProxyStatus) Health {
+	h := Health{State: HealthUnknown, LatencyMillis: st.LatencyMillis}
+	if st.LastHealthCheckTime != nil {
+		h.Since = st.LastHealthCheckTime.Time
+	}
+	if c := findCondition(st.Conditions, v1.ConditionHealthy); c != nil {
+		switch c.Status {
+		case metav1.ConditionTrue:
+			h.State = HealthHealthy
+		case metav1.ConditionFalse:
+			h.State = HealthUnhealthy
+		}
+	}
+	return h
+}

@@ -1,0 +1,131 @@
+// Package lifecycle owns the decision at the heart of the operator: given a Proxy, what its
+// provider shows, what the prober believes and the time, it returns the full desired status,
+// at most one provider action and when to look again. It does no I/O and reads no clock, so
+// the same inputs always give the same bytes. It knows nothing of HTTP or Metacontroller.
+package lifecycle
+
+import (
+	"time"
+
+	v1 "github.com/CHANGEME/proxy-operator/api/v1alpha1"
+	"github.com/CHANGEME/proxy-operator/providers"
+)
+
+// HealthState is what the prober concluded about a proxy.
+type HealthState string
+
+const (
+	HealthUnknown   HealthState = "Unknown"
+	HealthHealthy   HealthState = "Healthy"
+	HealthUnhealthy HealthState = "Unhealthy"
+)
+
+// Health is the prober's current verdict on one proxy.
+type Health struct {
+	State HealthState
+	// LatencyMillis is the latency the prober reports (its choice of last value or average).
+	LatencyMillis int64
+	// Since is the time of the probe that made State what it is.
+	Since time.Time
+	// Reason is a short stable word for the last failing probe ("timeout", "refused", "status").
+	Reason string
+}
+
+// ActionKind is what the webhook must ask the provider to do.
+type ActionKind string
+
+const (
+	ActionCreate ActionKind = "Create"
+	ActionDelete ActionKind = "Delete"
+)
+
+// Action is one idempotent provider call.
+type Action struct {
+	Kind       ActionKind
+	ProviderID string                  // Delete
+	Create     providers.CreateRequest // Create
+}
+
+// Outcome is what came of the action decided on the first pass.
+type Outcome struct {
+	Action     Action
+	ProviderID string // from Create
+	Err        error
+}
+
+// Input is everything the decision depends on.
+type Input struct {
+	// Proxy is the parent as Metacontroller sent it, spec defaulted, status as last written.
+	Proxy *v1.Proxy
+	// Finalizing is true when the Proxy is being deleted.
+	Finalizing bool
+	// SpecErr says why the spec makes no sense even though the body was well formed.
+	SpecErr error
+	// ProviderKnown says spec.provider names a configured provider (Managed only).
+	ProviderKnown bool
+	// CloudInit is the resolved user-data; CloudInitErr says why it could not be resolved.
+	CloudInit    string
+	CloudInitErr error
+	// Instance is what the provider shows for this Proxy (nil: none exists);
+	// ObserveErr is a failed observation other than not-found.
+	Instance   *providers.Instance
+	ObserveErr error
+	// Outcome is set on the second pass, after the webhook ran the first pass's action.
+	Outcome *Outcome
+	// Health is the prober's verdict.
+	Health Health
+	// HealthResync is how soon a steady proxy should be synced again so that a health
+	// transition reaches its status; 0 means DefaultHealthResync.
+	HealthResync time.Duration
+	// Now is the time of the sync.
+	Now time.Time
+}
+
+// Decision is the outcome of Decide.
+type Decision struct {
+	Status      v1.ProxyStatus
+	Action      *Action
+	ResyncAfter time.Duration
+	Finalized   bool
+}
+
+// Resync delays.
+const (
+	DefaultHealthResync = 30 * time.Second
+	ProvisionPoll       = 5 * time.Second
+	DeletePoll          = 3 * time.Second
+	QuotaResync         = 5 * time.Minute
+	BackoffBase         = 5 * time.Second
+	BackoffCap          = 5 * time.Minute
+	// BlockedResync paces a finalize that cannot make progress without a human.
+	BlockedResync = time.Minute
+)
+
+// Condition reasons.
+const (
+	ReasonCreating         = "Creating"
+	ReasonRunning          = "Running"
+	ReasonReplacing        = "Replacing"
+	ReasonInstanceLost     = "InstanceLost"
+	ReasonDeleting         = "Deleting"
+	ReasonExternal         = "External"
+	ReasonInvalidSpec      = "InvalidSpec"
+	ReasonUnknownProvider  = "UnknownProvider"
+	ReasonCloudInitError   = "CloudInitError"
+	ReasonQuotaExceeded    = "QuotaExceeded"
+	ReasonTransientError   = "TransientError"
+	ReasonPermanentError   = "PermanentError"
+	ReasonAwaitingInstance = "AwaitingInstance"
+	ReasonAwaitingProbe    = "AwaitingProbe"
+	ReasonProbeSucceeded   = "ProbeSucceeded"
+	ReasonProbeFailed      = "ProbeFailed"
+)
+
+// Backoff is the resync delay after n consecutive transient failures: 5s doubling, capped at 5m.
+func Backoff(n int32) time.Duration {
+	d := BackoffBase
+	for i := int32(1); i < n && d < BackoffCap; i++ {
+		d *= 2
+	}
+	return min(d, BackoffCap)
+}

@@ -1,0 +1,362 @@
+// Package mock owns the in-memory provider: a real, concurrency-safe Provider that simulates
+// asynchronous provisioning, records every call and injects faults of each error class. Its
+// addresses come from 127.0.0.0/8, and it can serve a real forward proxy on each address so a
+// laptop fleet is genuinely healthy. It knows nothing of the sync core.
+package mock
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/CHANGEME/proxy-operator/providers"
+)
+
+// Config is the mock entry of the providers config.
+type Config struct {
+	// ProvisioningDelay is how long an instance stays Provisioning (default 5s).
+	ProvisioningDelay Duration `json:"provisioningDelay,omitempty"`
+	// ServeProxies makes every instance a real forward proxy on its own loopback address.
+	ServeProxies bool `json:"serveProxies,omitempty"`
+	// Faults are injected from the start.
+	Faults []Fault `json:"faults,omitempty"`
+}
+
+// DefaultProvisioningDelay is the Provisioning time when the config does not say.
+const DefaultProvisioningDelay = 5 * time.Second
+
+// Duration is a time.Duration that reads "5s" from YAML/JSON.
+type Duration time.Duration
+
+// UnmarshalJSON accepts a Go duration string.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("duration must be a string like \"5s\": %w", err)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("bad duration %q: %w", s, err)
+	}
+	if v < 0 {
+		return fmt.Errorf("duration %q must not be negative", s)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalJSON writes the Go duration string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// Fault makes the next Count calls of Op fail with an error of class Kind.
+type Fault struct {
+	Op    string `json:"op"`    // create, get, delete, list
+	Kind  string `json:"kind"`  // quota, transient, permanent
+	Count int    `json:"count"` // how many calls fail; 0 means 1
+}
+
+// Validate names what is wrong with a fault.
+func (f Fault) Validate() error {
+	switch f.Op {
+	case "create", "get", "delete", "list":
+	default:
+		return fmt.Errorf("fault op %q: want create, get, delete or list", f.Op)
+	}
+	if _, err := kindError(f.Kind); err != nil {
+		return err
+	}
+	if f.Count < 0 {
+		return fmt.Errorf("fault count %d must not be negative", f.Count)
+	}
+	return nil
+}
+
+func kindError(kind string) (error, error) {
+	switch kind {
+	case "quota":
+		return providers.ErrQuotaExceeded, nil
+	case "transient":
+		return providers.ErrTransient, nil
+	case "permanent":
+		return providers.ErrPermanent, nil
+	}
+	return nil, fmt.Errorf("fault kind %q: want quota, transient or permanent", kind)
+}
+
+// Call is one recorded provider call.
+type Call struct {
+	Op  string `json:"op"`
+	Arg string `json:"arg"`
+	Err string `json:"err,omitempty"`
+}
+
+// record is an instance as the mock stores it.
+type record struct {
+	inst      providers.Instance
+	port      int32
+	deleted   bool
+	stopProxy func()
+}
+
+// Provider is the in-memory provider.
+type Provider struct {
+	delay time.Duration
+	now   func() time.Time
+	serve func(addr string) (stop func(), err error)
+
+	mu        sync.Mutex
+	instances map[string]*record // by ID
+	faults    []Fault
+	calls     []Call
+}
+
+var _ providers.Provider = (*Provider)(nil)
+
+// Option configures a Provider.
+type Option func(*Provider)
+
+// WithClock injects the clock that drives provisioning.
+func WithClock(now func() time.Time) Option { return func(p *Provider) { p.now = now } }
+
+// WithServer makes every Running instance serve a forward proxy at its address through serve.
+func WithServer(serve func(addr string) (stop func(), err error)) Option {
+	return func(p *Provider) { p.serve = serve }
+}
+
+// New builds a mock provider from its config.
+func New(cfg Config, opts ...Option) (*Provider, error) {
+	for i, f := range cfg.Faults {
+		if err := f.Validate(); err != nil {
+			return nil, fmt.Errorf("mock faults[%d]: %w", i, err)
+		}
+	}
+	p := &Provider{
+		delay:     time.Duration(cfg.ProvisioningDelay),
+		now:       time.Now,
+		instances: map[string]*record{},
+		faults:    slices.Clone(cfg.Faults),
+	}
+	if p.delay == 0 {
+		p.delay = DefaultProvisioningDelay
+	}
+	if cfg.ServeProxies {
+		p.serve = ServeForwardProxy
+	}
+	for _, o := range opts {
+		o(p)
+	}
+	return p, nil
+}
+
+// ID is the provider ID of the instance named name.
+func ID(name string) string { return "mock://" + name }
+
+// Address is the deterministic loopback address of the instance named name: 127.x.y.z with
+// x in 1..254, never 127.0.0.0/16, so it cannot collide with services on 127.0.0.1.
+func Address(name string) string {
+	sum := sha256.Sum256([]byte(name))
+	x := 1 + sum[0]%254
+	y, z := sum[1], 1+sum[2]%254
+	return netip.AddrFrom4([4]byte{127, x, y, z}).String()
+}
+
+// Inject adds faults at run time.
+func (p *Provider) Inject(faults ...Fault) error {
+	for i, f := range faults {
+		if err := f.Validate(); err != nil {
+			return fmt.Errorf("fault %d: %w", i, err)
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.faults = append(p.faults, faults...)
+	return nil
+}
+
+// fault consumes one fault for op, if any is armed. Callers hold p.mu.
+func (p *Provider) fault(op, arg string) error {
+	for i := range p.faults {
+		f := &p.faults[i]
+		if f.Op != op {
+			continue
+		}
+		kind, _ := kindError(f.Kind)
+		if f.Count <= 1 {
+			p.faults = slices.Delete(p.faults, i, i+1)
+		} else {
+			f.Count--
+		}
+		return providers.Wrap(kind, "mock "+op, fmt.Errorf("injected fault for %s", arg))
+	}
+	return nil
+}
+
+func (p *Provider) record(op, arg string, err error) {
+	c := Call{Op: op, Arg: arg}
+	if err != nil {
+		c.Err = err.Error()
+	}
+	p.calls = append(p.calls, c)
+}
+
+// Create makes the instance named req.Name, or returns the existing one's ID.
+func (p *Provider) Create(ctx context.Context, req providers.CreateRequest) (id string, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	defer func() { p.record("create", req.Name, err) }()
+	if err := ctx.Err(); err != nil {
+		return "", providers.Wrap(providers.ErrTransient, "mock create", err)
+	}
+	if err := p.fault("create", req.Name); err != nil {
+		return "", err
+	}
+	if req.Name == "" || req.OwnerUID == "" {
+		return "", providers.Wrap(providers.ErrPermanent, "mock create", fmt.Errorf("name and owner UID are required"))
+	}
+	id = ID(req.Name)
+	if r, ok := p.instances[id]; ok && !r.deleted {
+		return id, nil
+	}
+	r := &record{port: req.Port, inst: providers.Instance{
+		ID:        id,
+		Name:      req.Name,
+		State:     providers.StateProvisioning,
+		OwnerUID:  req.OwnerUID,
+		SpecHash:  req.SpecHash,
+		CreatedAt: p.now().UTC().Truncate(time.Second),
+	}}
+	if p.serve != nil {
+		stop, err := p.serve(netip.AddrPortFrom(netip.MustParseAddr(Address(req.Name)), uint16(req.Port)).String())
+		if err != nil {
+			return "", providers.Wrap(providers.ErrTransient, "mock create", err)
+		}
+		r.stopProxy = stop
+	}
+	p.instances[id] = r
+	return id, nil
+}
+
+// view is the instance as a caller sees it now: Provisioning turns Running after the delay.
+func (p *Provider) view(r *record) providers.Instance {
+	in := r.inst
+	if in.State == providers.StateProvisioning && !p.now().Before(in.CreatedAt.Add(p.delay)) {
+		in.State = providers.StateRunning
+	}
+	if in.State == providers.StateRunning {
+		in.IP = Address(in.Name)
+	} else {
+		in.IP = ""
+	}
+	return in
+}
+
+// Get returns the instance with this ID, or ErrNotFound.
+func (p *Provider) Get(ctx context.Context, id string) (_ *providers.Instance, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	defer func() { p.record("get", id, err) }()
+	if err := ctx.Err(); err != nil {
+		return nil, providers.Wrap(providers.ErrTransient, "mock get", err)
+	}
+	if err := p.fault("get", id); err != nil {
+		return nil, err
+	}
+	r, ok := p.instances[id]
+	if !ok {
+		return nil, providers.Wrap(providers.ErrNotFound, "mock get", fmt.Errorf("no instance %s", id))
+	}
+	in := p.view(r)
+	return &in, nil
+}
+
+// Delete removes the instance; a missing one is not an error.
+func (p *Provider) Delete(ctx context.Context, id string) (err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	defer func() { p.record("delete", id, err) }()
+	if err := ctx.Err(); err != nil {
+		return providers.Wrap(providers.ErrTransient, "mock delete", err)
+	}
+	if err := p.fault("delete", id); err != nil {
+		return err
+	}
+	if r, ok := p.instances[id]; ok {
+		if r.stopProxy != nil {
+			r.stopProxy()
+		}
+		delete(p.instances, id)
+	}
+	return nil
+}
+
+// ListByTag returns every instance, all of which carry the managed tag.
+func (p *Provider) ListByTag(ctx context.Context) (_ []providers.Instance, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	defer func() { p.record("list", "", err) }()
+	if err := ctx.Err(); err != nil {
+		return nil, providers.Wrap(providers.ErrTransient, "mock list", err)
+	}
+	if err := p.fault("list", ""); err != nil {
+		return nil, err
+	}
+	return p.snapshot(), nil
+}
+
+func (p *Provider) snapshot() []providers.Instance {
+	out := make([]providers.Instance, 0, len(p.instances))
+	for _, r := range p.instances {
+		out = append(out, p.view(r))
+	}
+	slices.SortFunc(out, func(a, b providers.Instance) int { return strings.Compare(a.ID, b.ID) })
+	return out
+}
+
+// Instances returns every instance as Get would show it, sorted by ID. It records no call.
+func (p *Provider) Instances() []providers.Instance {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.snapshot()
+}
+
+// Seed stores instances as they are (for fixtures and tests), replacing any with the same ID.
+func (p *Provider) Seed(instances ...providers.Instance) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, in := range instances {
+		in.IP = ""
+		p.instances[in.ID] = &record{inst: in}
+	}
+}
+
+// Calls returns the calls recorded so far.
+func (p *Provider) Calls() []Call {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.calls)
+}
+
+// ResetCalls forgets the recorded calls.
+func (p *Provider) ResetCalls() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.calls = nil
+}
+
+// Close stops every forward proxy the provider serves.
+func (p *Provider) Close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, r := range p.instances {
+		if r.stopProxy != nil {
+			r.stopProxy()
+			r.stopProxy = nil
+		}
+	}
+}
