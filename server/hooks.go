@@ -116,7 +116,9 @@ func (h *Hooks) Handler() http.Handler {
 	r.Post("/sync", h.hook("sync", h.sync))
 	r.Post("/finalize", h.hook("finalize", h.sync))
 	r.Post("/customize", h.hook("customize", h.customize))
-	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, map[string]string{"status": "ok"}) })
+	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
 	r.Get("/readyz", serve(h.Log, func(w http.ResponseWriter, _ *http.Request) error {
 		if h.Ready != nil {
 			if err := h.Ready(); err != nil {
