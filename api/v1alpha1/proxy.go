@@ -78,7 +78,7 @@ type ProxyList struct {
 
 // ProxySpec is what the user asks for.
 //
-// +kubebuilder:validation:XValidation:rule="(self.mode == 'Managed') == (has(self.provider) && self.provider != ”)",message="provider is required when mode is Managed and must be empty when mode is External"
+// +kubebuilder:validation:XValidation:rule="(self.mode == 'Managed') == (has(self.provider) && size(self.provider) > 0)",message="provider is required when mode is Managed and must be empty when mode is External"
 // +kubebuilder:validation:XValidation:rule="(self.mode == 'External') == has(self.endpoint)",message="endpoint is required when mode is External and must be absent when mode is Managed"
 type ProxySpec struct {
 	// Mode is Managed (the operator creates the machine) or External (the machine exists
