@@ -5,7 +5,7 @@ BIN           ?= bin/proxy-operator
 IMG           ?= proxy-operator:dev
 RUN_ARGS      ?= -hook-addr 127.0.0.1:8080 -log-format text
 
-.PHONY: build run test generate verify vet fmt bench
+.PHONY: build run test generate verify vet fmt bench docker-build
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN) .
@@ -16,14 +16,20 @@ run:
 test:
 	$(GO) test -race -count=1 ./...
 
+# The install kustomization gets its own copy of the CRD: kustomize refuses files outside its root.
 generate:
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=crds
+	cp crds/crawl.example.com_proxies.yaml metacontroller/crd.yaml
 
 # verify fails when the committed CRD is stale, code is unformatted or vet complains.
 verify: generate
-	@git diff --exit-code -- crds/ || (echo "crds/ is stale: run 'make generate' and commit" && exit 1)
+	@git diff --exit-code -- crds/ metacontroller/crd.yaml || (echo "crds/ or metacontroller/crd.yaml is stale: run 'make generate' and commit" && exit 1)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1)
 	$(GO) vet ./...
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./...
+
+# Needs a Docker engine; IMG names the image (default proxy-operator:dev, what metacontroller/ deploys).
+docker-build:
+	docker build -t $(IMG) .
