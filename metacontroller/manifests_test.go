@@ -1,0 +1,575 @@
+package metacontroller_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/CHANGEME/proxy-operator/server"
+)
+
+const (
+	namespace     = "proxy-operator"
+	hookService   = "proxy-operator-hooks"
+	discService   = "proxy-operator-discovery"
+	deployment    = "proxy-operator"
+	providersCM   = "proxy-operator-providers"
+	tokenSecret   = "proxy-operator-discovery"
+	renderTimeout = 60 * time.Second
+)
+
+// kubectl finds a kubectl to render with: KUBEBUILDER_ASSETS first (CI builds one there), then PATH.
+func kubectl(t *testing.T) string {
+	t.Helper()
+	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
+		p := filepath.Join(dir, "kubectl")
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	if p, err := exec.LookPath("kubectl"); err == nil {
+		return p
+	}
+	t.Skip("no kubectl to render the kustomization: put one on PATH or in $KUBEBUILDER_ASSETS (.ci/run builds it)")
+	return ""
+}
+
+// rendered is the kustomization's output, one raw YAML document per "kind/namespace/name".
+type rendered map[string][]byte
+
+func render(t *testing.T) rendered {
+	t.Helper()
+	bin := kubectl(t)
+	ctx, cancel := context.WithTimeout(context.Background(), renderTimeout)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, bin, "kustomize", ".")
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("kubectl kustomize: %v\n%s", err, stderr.String())
+	}
+	out := rendered{}
+	for _, doc := range strings.Split(stdout.String(), "\n---\n") {
+		if strings.TrimSpace(doc) == "" {
+			continue
+		}
+		var meta struct {
+			APIVersion string `json:"apiVersion"`
+			Kind       string `json:"kind"`
+			Metadata   struct {
+				Name      string `json:"name"`
+				Namespace string `json:"namespace"`
+			} `json:"metadata"`
+		}
+		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
+			t.Fatalf("rendered document does not parse: %v\n%s", err, doc)
+		}
+		if meta.APIVersion == "" || meta.Kind == "" || meta.Metadata.Name == "" {
+			t.Fatalf("rendered document lacks apiVersion, kind or name:\n%s", doc)
+		}
+		key := meta.Kind + "/" + meta.Metadata.Namespace + "/" + meta.Metadata.Name
+		if _, dup := out[key]; dup {
+			t.Fatalf("%s rendered twice", key)
+		}
+		out[key] = []byte(doc)
+	}
+	return out
+}
+
+// get strictly decodes the object of that key into v: an unknown or misspelt field fails.
+func (r rendered) get(t *testing.T, key string, v any) {
+	t.Helper()
+	doc, ok := r[key]
+	if !ok {
+		t.Fatalf("kustomization renders no %s (have %v)", key, r.keys())
+	}
+	if err := yaml.UnmarshalStrict(doc, v); err != nil {
+		t.Fatalf("%s: %v", key, err)
+	}
+}
+
+func (r rendered) keys() []string {
+	var ks []string
+	for k := range r {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}
+
+// compositeController mirrors the fields of Metacontroller's CompositeController we rely on.
+type compositeController struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Metadata   struct {
+		Name   string            `json:"name"`
+		Labels map[string]string `json:"labels"`
+	} `json:"metadata"`
+	Spec struct {
+		GenerateSelector    bool `json:"generateSelector"`
+		ResyncPeriodSeconds int  `json:"resyncPeriodSeconds"`
+		ParentResource      struct {
+			APIVersion string `json:"apiVersion"`
+			Resource   string `json:"resource"`
+		} `json:"parentResource"`
+		ChildResources []struct {
+			APIVersion     string         `json:"apiVersion"`
+			Resource       string         `json:"resource"`
+			UpdateStrategy map[string]any `json:"updateStrategy"`
+		} `json:"childResources"`
+		Hooks map[string]struct {
+			Webhook struct {
+				URL     string `json:"url"`
+				Timeout string `json:"timeout"`
+				Version string `json:"version"`
+			} `json:"webhook"`
+		} `json:"hooks"`
+	} `json:"spec"`
+}
+
+// TestEveryObjectParses decodes each rendered object strictly into its Kubernetes type and checks
+// the set of objects is exactly what the install needs.
+func TestEveryObjectParses(t *testing.T) {
+	r := render(t)
+	want := []string{
+		"ClusterRole//proxy-operator",
+		"ClusterRoleBinding//proxy-operator",
+		"CompositeController//proxy-operator",
+		"ConfigMap/proxy-operator/" + providersCM,
+		"CustomResourceDefinition//proxies.crawl.example.com",
+		"Deployment/proxy-operator/" + deployment,
+		"Namespace//proxy-operator",
+		"NetworkPolicy/proxy-operator/proxy-operator",
+		"Service/proxy-operator/" + discService,
+		"Service/proxy-operator/" + hookService,
+		"ServiceAccount/proxy-operator/proxy-operator",
+	}
+	if diff := cmp.Diff(want, r.keys()); diff != "" {
+		t.Errorf("rendered objects (-want +got):\n%s", diff)
+	}
+	typed := map[string]func() any{
+		"ClusterRole":         func() any { return &rbacv1.ClusterRole{} },
+		"ClusterRoleBinding":  func() any { return &rbacv1.ClusterRoleBinding{} },
+		"ConfigMap":           func() any { return &corev1.ConfigMap{} },
+		"Deployment":          func() any { return &appsv1.Deployment{} },
+		"Namespace":           func() any { return &corev1.Namespace{} },
+		"NetworkPolicy":       func() any { return &networkingv1.NetworkPolicy{} },
+		"Service":             func() any { return &corev1.Service{} },
+		"ServiceAccount":      func() any { return &corev1.ServiceAccount{} },
+		"CompositeController": func() any { return &compositeController{} },
+	}
+	for _, key := range r.keys() {
+		kind := strings.SplitN(key, "/", 2)[0]
+		if kind == "CustomResourceDefinition" {
+			continue // compared byte for byte with crds/ in TestCRDIsTheGeneratedOne
+		}
+		mk, ok := typed[kind]
+		if !ok {
+			t.Errorf("%s: no type to check it against", key)
+			continue
+		}
+		t.Run(key, func(t *testing.T) { r.get(t, key, mk()) })
+	}
+}
+
+// TestCRDIsTheGeneratedOne: the kustomization's copy must be the generated CRD (make generate copies it).
+func TestCRDIsTheGeneratedOne(t *testing.T) {
+	want, err := os.ReadFile("../crds/crawl.example.com_proxies.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile("crd.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(want, got) {
+		t.Errorf("metacontroller/crd.yaml differs from crds/crawl.example.com_proxies.yaml: run 'make generate'")
+	}
+}
+
+// routes walks the hook server's router: method+path -> true.
+func routes(t *testing.T) map[string]bool {
+	t.Helper()
+	h := (&server.Hooks{}).Handler()
+	rs, ok := h.(chi.Routes)
+	if !ok {
+		t.Fatalf("server.Hooks.Handler() is a %T, not a chi router: cannot list its routes", h)
+	}
+	got := map[string]bool{}
+	err := chi.Walk(rs, func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
+		got[method+" "+route] = true
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// argValue returns the value after flag in args ("-flag value" or "-flag=value").
+func argValue(args []string, flag string) (string, bool) {
+	for i, a := range args {
+		if a == flag && i+1 < len(args) {
+			return args[i+1], true
+		}
+		if v, ok := strings.CutPrefix(a, flag+"="); ok {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+func containerPort(t *testing.T, c corev1.Container, p intstr.IntOrString) int32 {
+	t.Helper()
+	for _, cp := range c.Ports {
+		if (p.Type == intstr.String && cp.Name == p.StrVal) || (p.Type == intstr.Int && cp.ContainerPort == p.IntVal) {
+			return cp.ContainerPort
+		}
+	}
+	t.Fatalf("container %s has no port %s", c.Name, p.String())
+	return 0
+}
+
+func listenPort(t *testing.T, addr string) int32 {
+	t.Helper()
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatalf("listen address %q: %v", addr, err)
+	}
+	n, err := strconv.ParseInt(port, 10, 32)
+	if err != nil {
+		t.Fatalf("listen address %q: %v", addr, err)
+	}
+	return int32(n)
+}
+
+func servicePort(t *testing.T, svc corev1.Service, port int32) corev1.ServicePort {
+	t.Helper()
+	for _, p := range svc.Spec.Ports {
+		if p.Port == port {
+			return p
+		}
+	}
+	t.Fatalf("service %s has no port %d", svc.Name, port)
+	return corev1.ServicePort{}
+}
+
+func selects(selector, labels map[string]string) bool {
+	if len(selector) == 0 {
+		return false
+	}
+	for k, v := range selector {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// TestWiringAgrees follows every reference across objects: hook URL -> Service -> container port
+// -> listen flag, the same for discovery, probes -> routes, ConfigMap -> mount -> flag, Secret ->
+// env, NetworkPolicy -> pods and ports, RBAC -> ServiceAccount.
+func TestWiringAgrees(t *testing.T) {
+	r := render(t)
+	var (
+		cc          compositeController
+		dep         appsv1.Deployment
+		hooks, disc corev1.Service
+		np          networkingv1.NetworkPolicy
+		cm          corev1.ConfigMap
+		sa          corev1.ServiceAccount
+		role        rbacv1.ClusterRole
+		binding     rbacv1.ClusterRoleBinding
+	)
+	r.get(t, "CompositeController//proxy-operator", &cc)
+	r.get(t, "Deployment/"+namespace+"/"+deployment, &dep)
+	r.get(t, "Service/"+namespace+"/"+hookService, &hooks)
+	r.get(t, "Service/"+namespace+"/"+discService, &disc)
+	r.get(t, "NetworkPolicy/"+namespace+"/proxy-operator", &np)
+	r.get(t, "ConfigMap/"+namespace+"/"+providersCM, &cm)
+	r.get(t, "ServiceAccount/"+namespace+"/proxy-operator", &sa)
+	r.get(t, "ClusterRole//proxy-operator", &role)
+	r.get(t, "ClusterRoleBinding//proxy-operator", &binding)
+	served := routes(t)
+
+	pod := dep.Spec.Template
+	if len(pod.Spec.Containers) != 1 {
+		t.Fatalf("deployment has %d containers, want 1", len(pod.Spec.Containers))
+	}
+	c := pod.Spec.Containers[0]
+
+	hookAddr, ok := argValue(c.Args, "-hook-addr")
+	if !ok {
+		t.Fatalf("container args %q lack -hook-addr", c.Args)
+	}
+	hookPort := listenPort(t, hookAddr)
+	discAddr, ok := argValue(c.Args, "-discovery-addr")
+	if !ok {
+		t.Fatalf("container args %q lack -discovery-addr", c.Args)
+	}
+	discPort := listenPort(t, discAddr)
+
+	t.Run("hook URLs reach the hook listener and its routes", func(t *testing.T) {
+		if cc.Spec.ParentResource.APIVersion != "crawl.example.com/v1alpha1" || cc.Spec.ParentResource.Resource != "proxies" {
+			t.Errorf("parentResource = %+v, want crawl.example.com/v1alpha1 proxies", cc.Spec.ParentResource)
+		}
+		var names []string
+		for name := range cc.Spec.Hooks {
+			names = append(names, name)
+		}
+		slices.Sort(names)
+		if diff := cmp.Diff([]string{"customize", "finalize", "sync"}, names); diff != "" {
+			t.Errorf("hooks (-want +got):\n%s", diff)
+		}
+		for _, name := range names {
+			wh := cc.Spec.Hooks[name].Webhook
+			u, err := url.Parse(wh.URL)
+			if err != nil {
+				t.Errorf("%s url %q: %v", name, wh.URL, err)
+				continue
+			}
+			if want := fmt.Sprintf("%s.%s.svc", hooks.Name, hooks.Namespace); u.Hostname() != want {
+				t.Errorf("%s url host = %q, want %q", name, u.Hostname(), want)
+			}
+			port, err := strconv.ParseInt(u.Port(), 10, 32)
+			if err != nil {
+				t.Errorf("%s url %q names no port", name, wh.URL)
+				continue
+			}
+			sp := servicePort(t, hooks, int32(port))
+			if got := containerPort(t, c, sp.TargetPort); got != hookPort {
+				t.Errorf("%s: service port %d -> container port %d, but -hook-addr listens on %d", name, port, got, hookPort)
+			}
+			if !served["POST "+u.Path] {
+				t.Errorf("%s url path %q is not a POST route of the hook server", name, u.Path)
+			}
+			if wh.Version != "v2" {
+				t.Errorf("%s webhook version = %q, want v2 (the server accepts v2 keys)", name, wh.Version)
+			}
+		}
+	})
+
+	t.Run("probes hit GET routes on the hook listener", func(t *testing.T) {
+		for name, p := range map[string]*corev1.Probe{"liveness": c.LivenessProbe, "readiness": c.ReadinessProbe} {
+			if p == nil || p.HTTPGet == nil {
+				t.Errorf("%s probe missing or not httpGet", name)
+				continue
+			}
+			if got := containerPort(t, c, p.HTTPGet.Port); got != hookPort {
+				t.Errorf("%s probe port %d, want the hook port %d", name, got, hookPort)
+			}
+			if !served["GET "+p.HTTPGet.Path] {
+				t.Errorf("%s probe path %q is not a GET route of the hook server", name, p.HTTPGet.Path)
+			}
+		}
+		if c.LivenessProbe != nil && c.LivenessProbe.HTTPGet != nil && c.LivenessProbe.HTTPGet.Path != "/healthz" {
+			t.Errorf("liveness path = %q, want /healthz", c.LivenessProbe.HTTPGet.Path)
+		}
+		if c.ReadinessProbe != nil && c.ReadinessProbe.HTTPGet != nil && c.ReadinessProbe.HTTPGet.Path != "/readyz" {
+			t.Errorf("readiness path = %q, want /readyz", c.ReadinessProbe.HTTPGet.Path)
+		}
+	})
+
+	t.Run("discovery service reaches the discovery listener", func(t *testing.T) {
+		if len(disc.Spec.Ports) != 1 {
+			t.Fatalf("discovery service has %d ports, want 1", len(disc.Spec.Ports))
+		}
+		if got := containerPort(t, c, disc.Spec.Ports[0].TargetPort); got != discPort {
+			t.Errorf("discovery service -> container port %d, but -discovery-addr listens on %d", got, discPort)
+		}
+	})
+
+	t.Run("services and network policy select the operator pods", func(t *testing.T) {
+		for _, svc := range []corev1.Service{hooks, disc} {
+			if !selects(svc.Spec.Selector, pod.Labels) {
+				t.Errorf("service %s selector %v does not select pod labels %v", svc.Name, svc.Spec.Selector, pod.Labels)
+			}
+		}
+		if !selects(dep.Spec.Selector.MatchLabels, pod.Labels) {
+			t.Errorf("deployment selector %v does not select its pod labels %v", dep.Spec.Selector.MatchLabels, pod.Labels)
+		}
+		if !selects(np.Spec.PodSelector.MatchLabels, pod.Labels) {
+			t.Errorf("network policy selector %v does not select pod labels %v", np.Spec.PodSelector.MatchLabels, pod.Labels)
+		}
+	})
+
+	t.Run("network policy: hooks from metacontroller only, discovery from anyone", func(t *testing.T) {
+		if diff := cmp.Diff([]networkingv1.PolicyType{networkingv1.PolicyTypeIngress}, np.Spec.PolicyTypes); diff != "" {
+			t.Errorf("policyTypes (-want +got):\n%s", diff)
+		}
+		// Who may reach each container port: "metacontroller" or "anyone".
+		got := map[int32][]string{}
+		for _, rule := range np.Spec.Ingress {
+			from := "anyone"
+			if len(rule.From) > 0 {
+				from = ""
+				for _, peer := range rule.From {
+					ns := peer.NamespaceSelector
+					if peer.PodSelector != nil || peer.IPBlock != nil || ns == nil || ns.MatchLabels["kubernetes.io/metadata.name"] != "metacontroller" || len(ns.MatchExpressions) > 0 {
+						t.Errorf("unexpected ingress peer %+v", peer)
+						continue
+					}
+					from = "metacontroller"
+				}
+			}
+			if len(rule.Ports) == 0 {
+				t.Errorf("ingress rule from %s opens every port", from)
+			}
+			for _, p := range rule.Ports {
+				if p.Port == nil {
+					t.Errorf("ingress rule from %s opens every port", from)
+					continue
+				}
+				port := containerPort(t, c, *p.Port)
+				got[port] = append(got[port], from)
+			}
+		}
+		want := map[int32][]string{hookPort: {"metacontroller"}, discPort: {"anyone"}}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("ingress by port (-want +got):\n%s", diff)
+		}
+	})
+
+	t.Run("providers config is mounted where -providers-config reads it", func(t *testing.T) {
+		path, ok := argValue(c.Args, "-providers-config")
+		if !ok {
+			t.Fatalf("container args %q lack -providers-config", c.Args)
+		}
+		var volume string
+		for _, m := range c.VolumeMounts {
+			if filepath.Dir(path) == filepath.Clean(m.MountPath) {
+				volume = m.Name
+			}
+		}
+		if volume == "" {
+			t.Fatalf("no volume is mounted at %s", filepath.Dir(path))
+		}
+		var src *corev1.ConfigMapVolumeSource
+		for _, v := range pod.Spec.Volumes {
+			if v.Name == volume {
+				src = v.ConfigMap
+			}
+		}
+		if src == nil || src.Name != cm.Name {
+			t.Fatalf("volume %s is not ConfigMap %s", volume, cm.Name)
+		}
+		body, ok := cm.Data[filepath.Base(path)]
+		if !ok {
+			t.Fatalf("ConfigMap %s has no key %s", cm.Name, filepath.Base(path))
+		}
+		var cfg struct {
+			Providers []struct {
+				Name string `json:"name"`
+				Type string `json:"type"`
+			} `json:"providers"`
+		}
+		if err := yaml.Unmarshal([]byte(body), &cfg); err != nil {
+			t.Fatalf("providers config: %v", err)
+		}
+		var got []string
+		for _, p := range cfg.Providers {
+			got = append(got, p.Name+":"+p.Type)
+		}
+		if diff := cmp.Diff([]string{"kubernetes:kubernetes", "mock:mock"}, got); diff != "" {
+			t.Errorf("providers (-want +got):\n%s", diff)
+		}
+	})
+
+	t.Run("discovery token comes from an optional Secret", func(t *testing.T) {
+		var ref *corev1.SecretKeySelector
+		for _, e := range c.Env {
+			if e.Name == "DISCOVERY_TOKEN" && e.ValueFrom != nil {
+				ref = e.ValueFrom.SecretKeyRef
+			}
+		}
+		optional := true
+		want := &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: tokenSecret}, Key: "token", Optional: &optional}
+		if diff := cmp.Diff(want, ref); diff != "" {
+			t.Errorf("DISCOVERY_TOKEN secretKeyRef (-want +got):\n%s", diff)
+		}
+	})
+
+	t.Run("deployment hardening", func(t *testing.T) {
+		if dep.Spec.Replicas == nil || *dep.Spec.Replicas != 1 {
+			t.Errorf("replicas = %v, want 1", dep.Spec.Replicas)
+		}
+		if dep.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
+			t.Errorf("strategy = %q, want Recreate (leases live in one process)", dep.Spec.Strategy.Type)
+		}
+		if c.Image != "proxy-operator:dev" {
+			t.Errorf("image = %q, want proxy-operator:dev", c.Image)
+		}
+		ps := pod.Spec.SecurityContext
+		if ps == nil || ps.RunAsNonRoot == nil || !*ps.RunAsNonRoot {
+			t.Errorf("pod securityContext.runAsNonRoot not true")
+		}
+		if ps == nil || ps.SeccompProfile == nil || ps.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+			t.Errorf("pod seccompProfile is not RuntimeDefault")
+		}
+		sc := c.SecurityContext
+		if sc == nil {
+			t.Fatal("container has no securityContext")
+		}
+		if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+			t.Errorf("readOnlyRootFilesystem not true")
+		}
+		if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+			t.Errorf("allowPrivilegeEscalation not false")
+		}
+		if sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) > 0 {
+			t.Errorf("capabilities = %+v, want drop [ALL] and add none", sc.Capabilities)
+		}
+		for _, res := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+			req, hasReq := c.Resources.Requests[res]
+			lim, hasLim := c.Resources.Limits[res]
+			if !hasReq || !hasLim {
+				t.Errorf("%s: request set %v, limit set %v; want both", res, hasReq, hasLim)
+				continue
+			}
+			if req.Cmp(lim) > 0 {
+				t.Errorf("%s request %s above limit %s", res, req.String(), lim.String())
+			}
+		}
+		if g := pod.Spec.TerminationGracePeriodSeconds; g == nil || *g < 25 {
+			t.Errorf("terminationGracePeriodSeconds = %v, want at least 25 (shutdown grace is 20s)", g)
+		}
+		if pod.Spec.ServiceAccountName != sa.Name {
+			t.Errorf("serviceAccountName = %q, want %q", pod.Spec.ServiceAccountName, sa.Name)
+		}
+	})
+
+	t.Run("RBAC: read proxies, nothing else", func(t *testing.T) {
+		want := []rbacv1.PolicyRule{{APIGroups: []string{"crawl.example.com"}, Resources: []string{"proxies"}, Verbs: []string{"get", "list", "watch"}}}
+		if diff := cmp.Diff(want, role.Rules); diff != "" {
+			t.Errorf("ClusterRole rules (-want +got):\n%s", diff)
+		}
+		wantRef := rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role.Name}
+		if diff := cmp.Diff(wantRef, binding.RoleRef); diff != "" {
+			t.Errorf("roleRef (-want +got):\n%s", diff)
+		}
+		wantSubj := []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa.Name, Namespace: sa.Namespace}}
+		if diff := cmp.Diff(wantSubj, binding.Subjects); diff != "" {
+			t.Errorf("subjects (-want +got):\n%s", diff)
+		}
+	})
+}
