@@ -245,6 +245,12 @@ func (d *decider) providerError(err error, op string) {
 		d.provisioned(status, ReasonTransientError, msg)
 		d.out.ResyncAfter = Backoff(d.st.FailureCount)
 	}
+	if d.in.Finalizing || d.st.Phase == v1.PhaseFailed {
+		// A proxy being deleted or failed has no address to probe (IP is cleared): a kept
+		// "Healthy True" would contradict its phase.
+		d.healthCondition(false)
+		return
+	}
 	d.keepHealthCondition()
 }
 
@@ -325,6 +331,9 @@ func (d *decider) healthCondition(probed bool) {
 		reason, msg := ReasonAwaitingInstance, "no running instance to probe"
 		if probed {
 			reason, msg = ReasonAwaitingProbe, "no probe verdict yet"
+		} else {
+			// The last probe's time and latency belong to a machine that no longer serves.
+			d.st.LastHealthCheckTime, d.st.LatencyMillis = nil, 0
 		}
 		d.setCondition(v1.ConditionHealthy, metav1.ConditionUnknown, reason, msg)
 		return
