@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -31,10 +32,19 @@ type Exchange struct {
 	Request  []byte
 	Code     int
 	Response []byte
-	// Provider is spec.provider of the parent; Instance what it showed before any action.
-	Provider string
-	Instance *providers.Instance
-	Health   lifecycle.Health
+	// Provider is spec.provider of the parent; ProviderKnown whether it is configured;
+	// Instance what it showed before any action.
+	Provider      string
+	ProviderKnown bool
+	Instance      *providers.Instance
+	Health        lifecycle.Health
+	// HealthResync is the steady-state resync the decision was given (0: lifecycle's default).
+	HealthResync time.Duration
+	// ObserveErr and ActionErr are the failed provider calls, so a capture can replay them
+	// as injected faults; ActionOp is "create" or "delete".
+	ObserveErr error
+	ActionOp   string
+	ActionErr  error
 }
 
 // Recorder receives every handled hook call (the capture feature).
@@ -243,14 +253,17 @@ func (h *Hooks) sync(ctx context.Context, hook string, body []byte, ex *Exchange
 		if in.ObserveErr != nil {
 			log.Error("provider observe failed", "provider", entry.Name, "providerID", p.Status.ProviderID, "err", in.ObserveErr)
 		}
-		ex.Instance = in.Instance
+		ex.Instance, ex.ObserveErr = in.Instance, in.ObserveErr
 	}
+	ex.ProviderKnown = in.ProviderKnown
 	if fs := h.Fleet; fs != nil && h.HealthResync != nil {
 		in.HealthResync = h.HealthResync(fs.Len(), *p.Spec.HealthCheck)
 	}
+	ex.HealthResync = in.HealthResync
 	d := lifecycle.Decide(in)
 	if d.Action != nil {
 		in.Outcome = h.run(ctx, log, entry, *d.Action)
+		ex.ActionOp, ex.ActionErr = strings.ToLower(string(d.Action.Kind)), in.Outcome.Err
 		d = lifecycle.Decide(in)
 	}
 	h.record(log, p, d)

@@ -1,0 +1,144 @@
+package replay
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sync"
+
+	"github.com/CHANGEME/proxy-operator/providers"
+	"github.com/CHANGEME/proxy-operator/providers/mock"
+	"github.com/CHANGEME/proxy-operator/server"
+)
+
+// capturedDelay is the provisioning delay written into captured fixtures: long enough that
+// a seeded Provisioning instance still shows Provisioning when the fixture is replayed,
+// whatever the capturing provider's own delay was.
+const capturedDelay = mock.Duration(24 * 365 * 60 * 60 * 1e9)
+
+// Recorder writes every hook call the server handles as a fixture folder under
+// Dir/<hook>/<time>-<seq>-<namespace>-<name>, so traffic from a real cluster can be replayed.
+// It writes synchronously in the hook's path: it is a debugging aid, not for a busy fleet.
+type Recorder struct {
+	Dir string
+	Log *slog.Logger
+
+	mu  sync.Mutex
+	seq int
+}
+
+var _ server.Recorder = (*Recorder)(nil)
+
+// NewRecorder returns a Recorder writing under dir, which it creates.
+func NewRecorder(dir string, log *slog.Logger) (*Recorder, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("capture dir: %w", err)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Recorder{Dir: dir, Log: log}, nil
+}
+
+// Record implements server.Recorder. Failures are logged: capture never fails a hook call.
+func (r *Recorder) Record(ex server.Exchange) {
+	r.mu.Lock()
+	r.seq++
+	seq := r.seq
+	r.mu.Unlock()
+	dir, err := r.write(ex, seq)
+	if err != nil {
+		r.Log.Error("capture failed", "hook", ex.Hook, "dir", dir, "err", err)
+		return
+	}
+	r.Log.Debug("hook call captured", "hook", ex.Hook, "dir", dir)
+}
+
+var unsafeChars = regexp.MustCompile(`[^a-zA-Z0-9.-]+`)
+
+func (r *Recorder) write(ex server.Exchange, seq int) (string, error) {
+	ns, name := parentName(ex.Request)
+	leaf := fmt.Sprintf("%s-%06d", ex.Now.UTC().Format("20060102T150405Z"), seq)
+	if name != "" {
+		leaf += "-" + unsafeChars.ReplaceAllString(ns+"-"+name, "_")
+	}
+	dir := filepath.Join(r.Dir, ex.Hook, leaf)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return dir, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, RequestFile), ex.Request, 0o644); err != nil {
+		return dir, err
+	}
+	if err := writeJSON(filepath.Join(dir, StateFile), stateOf(ex, ns, name)); err != nil {
+		return dir, err
+	}
+	return dir, writeJSON(filepath.Join(dir, ResponseFile), Response{Code: ex.Code, Body: jsonBody(ex.Response)})
+}
+
+// stateOf turns what the server observed into the state that reproduces it: the observed
+// instance seeded as is, failed provider calls armed as faults of the same class.
+func stateOf(ex server.Exchange, ns, name string) State {
+	st := State{Now: ex.Now.UTC(), Provider: ex.Provider, ProvisioningDelay: capturedDelay, HealthResync: mock.Duration(ex.HealthResync)}
+	if !ex.ProviderKnown {
+		// Configure a provider under another name, so the request meets an unconfigured one.
+		st.Provider = DefaultProvider
+		if ex.Provider == DefaultProvider {
+			st.Provider = DefaultProvider + "-unconfigured"
+		}
+	}
+	if ex.Instance != nil {
+		st.Instances = []providers.Instance{*ex.Instance}
+	}
+	if ex.ObserveErr != nil {
+		op := "get"
+		if !hasProviderID(ex.Request) {
+			op = "list"
+		}
+		st.Faults = append(st.Faults, mock.Fault{Op: op, Kind: faultKind(ex.ObserveErr), Count: 1})
+	}
+	if ex.ActionErr != nil && ex.ActionOp != "" {
+		st.Faults = append(st.Faults, mock.Fault{Op: ex.ActionOp, Kind: faultKind(ex.ActionErr), Count: 1})
+	}
+	if name != "" && ex.Health.State != "" {
+		st.Health = map[string]Health{ns + "/" + name: healthOf(ex.Health)}
+	}
+	return st
+}
+
+func faultKind(err error) string {
+	switch providers.Class(err) {
+	case providers.ErrQuotaExceeded:
+		return "quota"
+	case providers.ErrPermanent:
+		return "permanent"
+	}
+	return "transient"
+}
+
+type parentMeta struct {
+	Parent struct {
+		Metadata struct {
+			Name      string `json:"name"`
+			Namespace string `json:"namespace"`
+		} `json:"metadata"`
+		Status struct {
+			ProviderID string `json:"providerID"`
+		} `json:"status"`
+	} `json:"parent"`
+}
+
+func parentName(req []byte) (ns, name string) {
+	var m parentMeta
+	if json.Unmarshal(req, &m) != nil {
+		return "", ""
+	}
+	return m.Parent.Metadata.Namespace, m.Parent.Metadata.Name
+}
+
+func hasProviderID(req []byte) bool {
+	var m parentMeta
+	return json.Unmarshal(req, &m) == nil && m.Parent.Status.ProviderID != ""
+}
