@@ -228,13 +228,17 @@ func proxyAt(t *testing.T, key, addr, url string, interval, timeout, fail, succe
 }
 
 // startScheduler runs a scheduler over view until the test ends.
-func startScheduler(t *testing.T, view *fleet.View, prober Prober, reg prometheus.Registerer) *Scheduler {
+// Options run on the scheduler before it starts.
+func startScheduler(t *testing.T, view *fleet.View, prober Prober, reg prometheus.Registerer, opts ...func(*Scheduler)) *Scheduler {
 	t.Helper()
 	s, err := New(Config{View: view, Prober: prober, Workers: 4, Registerer: reg, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.unit = testUnit
+	for _, o := range opts {
+		o(s)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() { errc <- s.Run(ctx) }()

@@ -1,0 +1,261 @@
+package health
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/CHANGEME/proxy-operator/fleet"
+	"github.com/CHANGEME/proxy-operator/lifecycle"
+)
+
+// failures counts failed probe results per proxy, as the loop sees them.
+type failures struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (f *failures) hook(s *Scheduler) {
+	f.n = map[string]int{}
+	s.onResult = func(key string, _, _ time.Time, r Result) {
+		if !r.OK {
+			f.mu.Lock()
+			f.n[key]++
+			f.mu.Unlock()
+		}
+	}
+}
+
+func (f *failures) get(key string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.n[key]
+}
+
+func TestSchedulerThroughStubProxy(t *testing.T) {
+	target := newTLSTarget(t)
+	proxy := newStubProxy(t)
+	view := fleet.New(time.Now, 0)
+	const fail = 2
+	view.Upsert(proxyAt(t, "ns/up", proxy.addr(), target.url(), 2, 2, fail, 1))
+	view.Upsert(proxyAt(t, "ns/hole", blackHole(t), target.url(), 3, 3, fail, 1))
+	reg := prometheus.NewRegistry()
+	var f failures
+	s := startScheduler(t, view, NewHTTPProber(trusting(target)), reg, f.hook)
+
+	if got := s.Health("ns/up"); got.State != lifecycle.HealthUnknown {
+		t.Errorf("before any probe: got %+v, want Unknown", got)
+	}
+	h := waitHealth(t, s, "ns/up", lifecycle.HealthHealthy)
+	if h.Since.IsZero() || h.Reason != "" {
+		t.Errorf("healthy verdict: got %+v, want a Since and no reason", h)
+	}
+
+	// A proxy that accepts TCP and never answers fails each probe at its timeout.
+	h = waitHealth(t, s, "ns/hole", lifecycle.HealthUnhealthy)
+	if h.Reason != KindTimeout {
+		t.Errorf("black hole reason: got %q, want %q", h.Reason, KindTimeout)
+	}
+	if n := f.get("ns/hole"); n < fail {
+		t.Errorf("black hole unhealthy after %d failures, want at least %d", n, fail)
+	}
+
+	// The target goes away: the proxy cannot open the tunnel and the verdict follows after
+	// the threshold.
+	before := f.get("ns/up")
+	target.srv.Close()
+	h = waitHealth(t, s, "ns/up", lifecycle.HealthUnhealthy)
+	if h.Reason != KindUpstream {
+		t.Errorf("target down reason: got %q, want %q", h.Reason, KindUpstream)
+	}
+	if n := f.get("ns/up") - before; n < fail {
+		t.Errorf("unhealthy after %d failures, want at least %d", n, fail)
+	}
+
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	series := map[string]int{}
+	for _, mf := range mfs {
+		series[mf.GetName()] = len(mf.GetMetric())
+	}
+	want := map[string]int{
+		"proxy_operator_healthcheck_duration_seconds": 2,
+		"proxy_operator_healthcheck_failures_total":   2,
+		"proxy_operator_healthcheck_lateness_seconds": 1,
+	}
+	if diff := cmp.Diff(want, series); diff != "" {
+		t.Errorf("metric series mismatch (-want +got):\n%s", diff)
+	}
+}
+
+func TestSchedulerStopsProbingWhatLeavesTheView(t *testing.T) {
+	target := newTLSTarget(t)
+	tests := []struct {
+		name   string
+		change func(v *fleet.View, p fleet.Proxy)
+	}{
+		{"removed", func(v *fleet.View, p fleet.Proxy) { v.Remove(p.Key) }},
+		{"deleting", func(v *fleet.View, p fleet.Proxy) { p.Deleting = true; v.Upsert(p) }},
+		{"lost its IP", func(v *fleet.View, p fleet.Proxy) { p.IP = ""; v.Upsert(p) }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			proxy := newStubProxy(t)
+			view := fleet.New(time.Now, 0)
+			p := proxyAt(t, "ns/p", proxy.addr(), target.url(), 1, 1, 1, 1)
+			view.Upsert(p)
+			reg := prometheus.NewRegistry()
+			s := startScheduler(t, view, NewHTTPProber(trusting(target)), reg)
+			waitHealth(t, s, "ns/p", lifecycle.HealthHealthy)
+
+			tc.change(view, p)
+			// Give the loop a moment to see the change, then no further probe may start.
+			time.Sleep(3 * testUnit)
+			n := proxy.connect.Load()
+			time.Sleep(5 * testUnit)
+			if got := proxy.connect.Load(); got != n {
+				t.Errorf("probes after the proxy left: %d", got-n)
+			}
+			if got := s.Health("ns/p"); got.State != lifecycle.HealthUnknown {
+				t.Errorf("health after leaving: got %+v, want Unknown", got)
+			}
+			mfs, err := reg.Gather()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, mf := range mfs {
+				for _, m := range mf.GetMetric() {
+					for _, l := range m.GetLabel() {
+						if l.GetName() == "proxy" {
+							t.Errorf("series %s{proxy=%q} kept after the proxy left", mf.GetName(), l.GetValue())
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestSchedulerStartsFromRecordedHealth(t *testing.T) {
+	target := newTLSTarget(t)
+	proxy := newStubProxy(t)
+	view := fleet.New(time.Now, 0)
+	since := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	p := proxyAt(t, "ns/p", proxy.addr(), target.url(), 1, 1, 3, 1)
+	p.Recorded = lifecycle.Health{State: lifecycle.HealthHealthy, LatencyMillis: 12, Since: since}
+	view.Upsert(p)
+	s, err := New(Config{View: view, Prober: NewHTTPProber(trusting(target))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Before the loop runs at all (the first sync after a restart), and after it probes.
+	want := lifecycle.Health{State: lifecycle.HealthHealthy, LatencyMillis: 12, Since: since}
+	if diff := cmp.Diff(want, s.Health("ns/p")); diff != "" {
+		t.Errorf("before Run (-want +got):\n%s", diff)
+	}
+	s.unit = testUnit
+	probed := make(chan struct{}, 1)
+	s.onResult = func(string, time.Time, time.Time, Result) {
+		select {
+		case probed <- struct{}{}:
+		default:
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = s.Run(ctx) }()
+	select {
+	case <-probed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no probe")
+	}
+	time.Sleep(testUnit) // let the loop fold the result in
+	got := s.Health("ns/p")
+	if got.State != lifecycle.HealthHealthy || !got.Since.Equal(since) {
+		t.Errorf("after a probe: got %+v, want Healthy since %v (no transition)", got, since)
+	}
+}
+
+// gate is a prober that holds every probe until released and tracks concurrency.
+type gate struct {
+	release          chan struct{}
+	running, maxSeen atomic.Int64
+}
+
+func (g *gate) Probe(ctx context.Context, _ Target) Result {
+	n := g.running.Add(1)
+	defer g.running.Add(-1)
+	for {
+		m := g.maxSeen.Load()
+		if n <= m || g.maxSeen.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	select {
+	case <-g.release:
+	case <-ctx.Done():
+	}
+	return Result{OK: true, Latency: time.Millisecond}
+}
+
+func TestSchedulerBoundsConcurrencyAndSpreadsFirstProbes(t *testing.T) {
+	view := fleet.New(time.Now, 0)
+	const n = 40
+	for i := range n {
+		view.Upsert(proxyAt(t, "ns/p"+string(rune('a'+i%26))+string(rune('a'+i/26)), "127.0.0.1:9", "https://127.0.0.1:9/", 10, 1, 1, 1))
+	}
+	g := &gate{release: make(chan struct{})}
+	var mu sync.Mutex
+	var starts []time.Time
+	s := startScheduler(t, view, g, nil, func(s *Scheduler) {
+		s.onResult = func(_ string, _, start time.Time, _ Result) {
+			mu.Lock()
+			starts = append(starts, start)
+			mu.Unlock()
+		}
+	})
+	// Hold every probe for a while: no more than the pool may run at once.
+	time.Sleep(5 * testUnit)
+	if got, want := g.running.Load(), int64(s.workers); got != want {
+		t.Errorf("probes running with all held: got %d, want the pool size %d", got, want)
+	}
+	close(g.release)
+	time.Sleep(12 * testUnit)
+	if got := g.maxSeen.Load(); got > int64(s.workers) {
+		t.Errorf("peak concurrent probes %d, want at most %d", got, s.workers)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(starts) < n {
+		t.Fatalf("first probes done: %d, want %d", len(starts), n)
+	}
+	// Jitter spreads first probes over the 1 s interval rather than firing them at once.
+	first, last := starts[0], starts[0]
+	for _, st := range starts[4:n] { // the first 4 were held together by the gate
+		first, last = minTime(first, st), maxTime(last, st)
+	}
+	if spread := last.Sub(first); spread < 3*testUnit {
+		t.Errorf("first probes spread over %v, want most of the %v interval", spread, 10*testUnit)
+	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
