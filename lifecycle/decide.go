@@ -84,6 +84,9 @@ func (d *decider) syncManaged() {
 		d.healthCondition(false)
 		return
 	}
+	if d.waiting() {
+		return
+	}
 	if in.Outcome != nil {
 		d.settle(*in.Outcome)
 		return
@@ -245,6 +248,9 @@ func (d *decider) providerError(err error, op string) {
 		d.provisioned(status, ReasonTransientError, msg)
 		d.out.ResyncAfter = Backoff(d.st.FailureCount)
 	}
+	if d.out.ResyncAfter > 0 {
+		d.out.RetryAt = d.in.Now.Add(d.out.ResyncAfter)
+	}
 	if d.in.Finalizing || d.st.Phase == v1.PhaseFailed {
 		// A proxy being deleted or failed has no address to probe (IP is cleared): a kept
 		// "Healthy True" would contradict its phase.
@@ -252,6 +258,17 @@ func (d *decider) providerError(err error, op string) {
 		return
 	}
 	d.keepHealthCondition()
+}
+
+// waiting carries the previous status over unchanged while a provider error's wait runs.
+func (d *decider) waiting() bool {
+	if !d.in.RetryAt.After(d.in.Now) || d.in.Outcome != nil {
+		return false
+	}
+	d.st.Conditions = append([]metav1.Condition(nil), d.prev.Conditions...)
+	d.out.ResyncAfter = d.in.RetryAt.Sub(d.in.Now)
+	d.out.RetryAt = d.in.RetryAt
+	return true
 }
 
 func (d *decider) finalizeManaged() {
@@ -268,6 +285,9 @@ func (d *decider) finalizeManaged() {
 		d.provisioned(metav1.ConditionFalse, ReasonUnknownProvider,
 			fmt.Sprintf("provider %q is not configured: cannot delete instance %s; configure it again or remove the finalizer by hand", in.Proxy.Spec.Provider, d.st.ProviderID))
 		d.out.ResyncAfter = BlockedResync
+		return
+	}
+	if d.waiting() {
 		return
 	}
 	if in.Outcome != nil {

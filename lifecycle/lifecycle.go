@@ -79,6 +79,11 @@ type Input struct {
 	HealthResync time.Duration
 	// Now is the time of the sync.
 	Now time.Time
+	// RetryAt is the end of the wait a failed provider call set (Decision.RetryAt) for this
+	// generation. Before it no provider call is made and the status is carried over: the
+	// status write that recorded the failure makes Metacontroller sync again at once, and
+	// that echo must not defeat the backoff.
+	RetryAt time.Time
 }
 
 // Decision is the outcome of Decide.
@@ -87,6 +92,9 @@ type Decision struct {
 	Action      *Action
 	ResyncAfter time.Duration
 	Finalized   bool
+	// RetryAt is set when the decision waits on a provider error (quota, transient, blocked
+	// delete): the provider must not be called for this Proxy before it.
+	RetryAt time.Time
 }
 
 // Resync delays.

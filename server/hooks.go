@@ -7,11 +7,13 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/apimachinery/pkg/types"
 
 	v1 "github.com/CHANGEME/proxy-operator/api/v1alpha1"
 	"github.com/CHANGEME/proxy-operator/fleet"
@@ -81,6 +83,45 @@ type Hooks struct {
 
 	inflight chan struct{}
 	duration *prometheus.HistogramVec
+
+	// retries remembers, per Proxy, until when a failed provider call keeps the provider
+	// alone. It lives only in memory: after a restart a Proxy in backoff is tried once at
+	// once, which the backoff then covers again.
+	retryMu sync.Mutex
+	retries map[types.UID]retryWait
+}
+
+// retryWait is a provider-error wait for one generation of a Proxy (and one side of its
+// life: a sync-time error must not delay its finalize).
+type retryWait struct {
+	generation int64
+	finalizing bool
+	until      time.Time
+}
+
+// retryAt returns the end of the Proxy's current wait, or zero.
+func (h *Hooks) retryAt(p *v1.Proxy, finalizing bool) time.Time {
+	h.retryMu.Lock()
+	defer h.retryMu.Unlock()
+	w, ok := h.retries[p.UID]
+	if !ok || w.generation != p.Generation || w.finalizing != finalizing {
+		return time.Time{}
+	}
+	return w.until
+}
+
+// setRetry records or clears the Proxy's wait after a decision.
+func (h *Hooks) setRetry(p *v1.Proxy, finalizing bool, d lifecycle.Decision) {
+	h.retryMu.Lock()
+	defer h.retryMu.Unlock()
+	if d.RetryAt.IsZero() || d.Finalized {
+		delete(h.retries, p.UID)
+		return
+	}
+	if h.retries == nil {
+		h.retries = map[types.UID]retryWait{}
+	}
+	h.retries[p.UID] = retryWait{generation: p.Generation, finalizing: finalizing, until: d.RetryAt}
 }
 
 func (h *Hooks) init() {
@@ -249,6 +290,9 @@ func (h *Hooks) sync(ctx context.Context, hook string, body []byte, ex *Exchange
 		}
 	}
 	if in.ProviderKnown {
+		in.RetryAt = h.retryAt(p, finalizing)
+	}
+	if in.ProviderKnown && !in.RetryAt.After(in.Now) {
 		in.Instance, in.ObserveErr = h.observe(ctx, entry, p, finalizing)
 		if in.ObserveErr != nil {
 			log.Error("provider observe failed", "provider", entry.Name, "providerID", p.Status.ProviderID, "err", in.ObserveErr)
@@ -265,6 +309,9 @@ func (h *Hooks) sync(ctx context.Context, hook string, body []byte, ex *Exchange
 		in.Outcome = h.run(ctx, log, entry, *d.Action)
 		ex.ActionOp, ex.ActionErr = strings.ToLower(string(d.Action.Kind)), in.Outcome.Err
 		d = lifecycle.Decide(in)
+	}
+	if in.ProviderKnown {
+		h.setRetry(p, finalizing, d)
 	}
 	h.record(log, p, d)
 	resp := metacontroller.SyncResponse{

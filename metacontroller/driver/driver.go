@@ -1,0 +1,633 @@
+// Package driver owns a test stand-in for Metacontroller: it plays the CompositeController
+// loop against a hook server over real HTTP, on a virtual clock, exactly as
+// docs/metacontroller.md describes v4.17 (status replaces status, observedGeneration injected,
+// deep-equal skip, children applied, resyncAfterSeconds, the finalizer on every parent,
+// finalize until finalized). It knows nothing of what the server decides or how.
+package driver
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8stypes "k8s.io/apimachinery/pkg/types"
+
+	v1 "github.com/CHANGEME/proxy-operator/api/v1alpha1"
+	"github.com/CHANGEME/proxy-operator/metacontroller"
+)
+
+// Clock is a virtual clock to share between the driver and the server under test.
+type Clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+// NewClock returns a clock reading t.
+func NewClock(t time.Time) *Clock { return &Clock{t: t} }
+
+// Now reads the clock.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+// Advance moves the clock forward by d.
+func (c *Clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(max(d, 0))
+}
+
+// set moves the clock to t if t is later.
+func (c *Clock) set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t.After(c.t) {
+		c.t = t
+	}
+}
+
+// Metacontroller's numbers (docs/metacontroller.md).
+const (
+	DefaultController  = "proxy-operator"
+	DefaultHookTimeout = 30 * time.Second
+	backoffBase        = 5 * time.Millisecond
+	backoffCap         = 1000 * time.Second
+	// maxSteps bounds a run: a hook that keeps asking for immediate work is a hot loop.
+	maxSteps = 100000
+)
+
+// ErrHotLoop is returned when a run needs more than maxSteps syncs.
+var ErrHotLoop = errors.New("driver: hot loop (too many syncs without the clock reaching its target)")
+
+// Event is a Warning event Metacontroller would record on a parent.
+type Event struct {
+	Time    time.Time
+	Key     string
+	Reason  string // SyncError, FinalizeError, Throttled
+	Message string
+}
+
+// Driver plays Metacontroller against the hook server at URL. Set its fields before the first
+// call; URL may be changed between calls (to point at a restarted server). It syncs one
+// parent at a time; the zero value is not usable: set URL and Clock.
+type Driver struct {
+	// URL is the base URL of the hook server (its /sync and /finalize are called).
+	URL string
+	// Clock is the virtual clock; the server under test should read the same one.
+	Clock *Clock
+	// Client makes the calls (nil: a client with HookTimeout).
+	Client *http.Client
+	// HookTimeout is webhook.timeout (0: DefaultHookTimeout).
+	HookTimeout time.Duration
+	// Controller is the CompositeController's name (""; DefaultController).
+	Controller string
+	// ResyncPeriod is spec.resyncPeriodSeconds (0: no periodic resync).
+	ResyncPeriod time.Duration
+	// Related, when set, supplies the related objects of a parent's sync request.
+	Related func(p *v1.Proxy) metacontroller.RelativeObjects
+	// Refinalize calls finalize once more, with the stale parent, after it answered
+	// finalized, as Metacontroller may; anything but 200 and finalized is then an error.
+	Refinalize bool
+	// BeforeApply sees every 200 answer before it is applied; returning false drops it, as
+	// if Metacontroller died before writing: the parent is retried with backoff.
+	BeforeApply func(key string, resp *metacontroller.SyncResponse) bool
+
+	mu     sync.Mutex
+	objs   map[string]*object
+	uids   int
+	writes int
+	syncs  int
+	events []Event
+}
+
+type object struct {
+	parent   v1.Proxy
+	children metacontroller.RelativeObjects
+	due      time.Time
+	pending  bool
+	failures int
+	writes   int
+	syncs    int
+}
+
+// Finalizer is the finalizer Metacontroller adds to every parent.
+func (d *Driver) Finalizer() string { return "metacontroller.io/compositecontroller-" + d.controller() }
+
+func (d *Driver) controller() string {
+	if d.Controller == "" {
+		return DefaultController
+	}
+	return d.Controller
+}
+
+func (d *Driver) init() {
+	if d.objs == nil {
+		d.objs = map[string]*object{}
+	}
+}
+
+// Apply creates or updates a parent as kubectl apply would: a new object gets a UID,
+// generation 1 and the finalizer; a spec change bumps the generation. Status is never taken
+// from p. The parent is queued for an immediate sync.
+func (d *Driver) Apply(p *v1.Proxy) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.init()
+	key := p.Key()
+	if p.Name == "" || p.Namespace == "" {
+		return fmt.Errorf("driver: apply: name and namespace are required")
+	}
+	o, ok := d.objs[key]
+	if !ok {
+		np := v1.Proxy{TypeMeta: metav1.TypeMeta{APIVersion: v1.APIVersion, Kind: v1.Kind}}
+		np.ObjectMeta = *p.ObjectMeta.DeepCopy()
+		if np.UID == "" {
+			d.uids++
+			np.UID = k8stypes.UID(fmt.Sprintf("00000000-0000-4000-8000-%012d", d.uids))
+		}
+		np.Generation, np.ResourceVersion = 1, "1"
+		np.CreationTimestamp = metav1.NewTime(d.Clock.Now().UTC().Truncate(time.Second))
+		np.Finalizers = append(slices.Clone(np.Finalizers), d.Finalizer())
+		np.DeletionTimestamp = nil
+		np.Spec = clone(p.Spec)
+		o = &object{parent: np, children: metacontroller.RelativeObjects{}}
+		d.objs[key] = o
+	} else {
+		if o.parent.DeletionTimestamp != nil {
+			return fmt.Errorf("driver: apply %s: object is being deleted", key)
+		}
+		if !jsonEqual(o.parent.Spec, p.Spec) {
+			o.parent.Spec = clone(p.Spec)
+			o.parent.Generation++
+		}
+		o.parent.Labels, o.parent.Annotations = maps.Clone(p.Labels), maps.Clone(p.Annotations)
+		o.bump()
+	}
+	d.enqueue(o, d.Clock.Now())
+	return nil
+}
+
+// Delete marks the parent deleted; it goes once its finalizers are removed.
+func (d *Driver) Delete(key string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	o, ok := d.objs[key]
+	if !ok {
+		return fmt.Errorf("driver: delete %s: not found", key)
+	}
+	if o.parent.DeletionTimestamp == nil {
+		t := metav1.NewTime(d.Clock.Now().UTC().Truncate(time.Second))
+		o.parent.DeletionTimestamp = &t
+		o.bump()
+	}
+	if len(o.parent.Finalizers) == 0 {
+		delete(d.objs, key)
+		return nil
+	}
+	d.enqueue(o, d.Clock.Now())
+	return nil
+}
+
+func (o *object) bump() {
+	rv, _ := strconv.Atoi(o.parent.ResourceVersion)
+	o.parent.ResourceVersion = strconv.Itoa(rv + 1)
+}
+
+// enqueue schedules a sync at t; the earliest pending time wins.
+func (d *Driver) enqueue(o *object, t time.Time) {
+	if !o.pending || t.Before(o.due) {
+		o.due, o.pending = t, true
+	}
+}
+
+// Get returns a copy of the live parent.
+func (d *Driver) Get(key string) (v1.Proxy, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	o, ok := d.objs[key]
+	if !ok {
+		return v1.Proxy{}, false
+	}
+	return clone(o.parent), true
+}
+
+// Status returns the live parent's status.
+func (d *Driver) Status(key string) (v1.ProxyStatus, bool) {
+	p, ok := d.Get(key)
+	return p.Status, ok
+}
+
+// Exists reports whether the parent still exists.
+func (d *Driver) Exists(key string) bool {
+	_, ok := d.Get(key)
+	return ok
+}
+
+// Children returns the live children of a parent.
+func (d *Driver) Children(key string) metacontroller.RelativeObjects {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	o, ok := d.objs[key]
+	if !ok {
+		return nil
+	}
+	out := metacontroller.RelativeObjects{}
+	for t, objs := range o.children {
+		out[t] = maps.Clone(objs)
+	}
+	return out
+}
+
+// NextSync is when the parent is next due to be synced.
+func (d *Driver) NextSync(key string) (time.Time, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	o, ok := d.objs[key]
+	if !ok || !o.pending {
+		return time.Time{}, false
+	}
+	return o.due, true
+}
+
+// Writes is the number of status writes so far (deep-equal answers cost none).
+func (d *Driver) Writes() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.writes
+}
+
+// Syncs is the number of hook calls that answered 200 so far.
+func (d *Driver) Syncs() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.syncs
+}
+
+// Events returns the Warning events recorded so far.
+func (d *Driver) Events() []Event {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.events)
+}
+
+// next returns the parent due first (ties by key, for determinism).
+func (d *Driver) next() (string, time.Time, bool) {
+	var best string
+	var due time.Time
+	found := false
+	for k, o := range d.objs {
+		if !o.pending {
+			continue
+		}
+		if !found || o.due.Before(due) || (o.due.Equal(due) && k < best) {
+			best, due, found = k, o.due, true
+		}
+	}
+	return best, due, found
+}
+
+// Step moves the clock to the earliest due sync and runs it. It reports false when nothing
+// is scheduled. An error is a broken contract (undecodable answer, failed re-finalize), not a
+// hook error: those become Events and backoff, as in Metacontroller.
+func (d *Driver) Step() (bool, error) {
+	d.mu.Lock()
+	key, due, ok := d.next()
+	d.mu.Unlock()
+	if !ok {
+		return false, nil
+	}
+	d.Clock.set(due)
+	return true, d.sync(key)
+}
+
+// RunUntilIdle runs every sync due now or earlier, without moving the clock.
+func (d *Driver) RunUntilIdle() error {
+	for range maxSteps {
+		d.mu.Lock()
+		_, due, ok := d.next()
+		d.mu.Unlock()
+		if !ok || due.After(d.Clock.Now()) {
+			return nil
+		}
+		if _, err := d.Step(); err != nil {
+			return err
+		}
+	}
+	return ErrHotLoop
+}
+
+// RunFor runs every sync due within d of now, then leaves the clock at now+d.
+func (d *Driver) RunFor(dur time.Duration) error {
+	end := d.Clock.Now().Add(dur)
+	for range maxSteps {
+		d.mu.Lock()
+		_, due, ok := d.next()
+		d.mu.Unlock()
+		if !ok || due.After(end) {
+			d.Clock.set(end)
+			return nil
+		}
+		if _, err := d.Step(); err != nil {
+			return err
+		}
+	}
+	return ErrHotLoop
+}
+
+// RunUntil runs syncs until cond holds, failing once the clock would pass now+limit.
+func (d *Driver) RunUntil(cond func() bool, limit time.Duration) error {
+	end := d.Clock.Now().Add(limit)
+	for range maxSteps {
+		if cond() {
+			return nil
+		}
+		d.mu.Lock()
+		_, due, ok := d.next()
+		d.mu.Unlock()
+		if !ok || due.After(end) {
+			d.Clock.set(end)
+			if cond() {
+				return nil
+			}
+			return fmt.Errorf("driver: condition not met within %s", limit)
+		}
+		if _, err := d.Step(); err != nil {
+			return err
+		}
+	}
+	return ErrHotLoop
+}
+
+// request is the v2 hook body.
+type request struct {
+	Controller json.RawMessage                `json:"controller"`
+	Parent     *v1.Proxy                      `json:"parent"`
+	Children   metacontroller.RelativeObjects `json:"children"`
+	Related    metacontroller.RelativeObjects `json:"related"`
+	Finalizing bool                           `json:"finalizing"`
+}
+
+func (d *Driver) controllerJSON() json.RawMessage {
+	b, _ := json.Marshal(map[string]any{
+		"apiVersion": "metacontroller.k8s.io/v1alpha1",
+		"kind":       "CompositeController",
+		"metadata":   map[string]any{"name": d.controller()},
+		"spec": map[string]any{
+			"generateSelector": true,
+			"parentResource":   map[string]any{"apiVersion": v1.APIVersion, "resource": "proxies"},
+		},
+	})
+	return b
+}
+
+// sync runs one hook call for key and applies its answer.
+func (d *Driver) sync(key string) error {
+	d.mu.Lock()
+	o, ok := d.objs[key]
+	if !ok {
+		d.mu.Unlock()
+		return nil
+	}
+	o.pending = false
+	parentCopy := clone(o.parent)
+	parent := &parentCopy
+	req := request{Controller: d.controllerJSON(), Parent: parent, Children: o.children, Finalizing: parent.DeletionTimestamp != nil}
+	d.mu.Unlock()
+	if d.Related != nil {
+		req.Related = d.Related(parent)
+	}
+	if req.Related == nil {
+		req.Related = metacontroller.RelativeObjects{}
+	}
+	hook := "sync"
+	if req.Finalizing {
+		hook = "finalize"
+	}
+	resp, retryAfter, err := d.call(hook, req)
+	now := d.Clock.Now()
+
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	o, ok = d.objs[key]
+	if !ok {
+		return nil
+	}
+	if err == nil && d.BeforeApply != nil && !d.BeforeApply(key, resp) {
+		err = errors.New("answer dropped before it was applied")
+	}
+	if err != nil {
+		reason := "SyncError"
+		if retryAfter > 0 {
+			reason = "Throttled"
+			d.enqueue(o, now.Add(retryAfter))
+		} else {
+			o.failures++
+			d.enqueue(o, now.Add(backoff(o.failures)))
+		}
+		d.events = append(d.events, Event{Time: now, Key: key, Reason: reason, Message: err.Error()})
+		return nil
+	}
+	o.failures = 0
+	d.syncs++
+	o.syncs++
+	if err := d.applyStatus(o, resp.Status); err != nil {
+		return fmt.Errorf("driver: %s %s: %w", hook, key, err)
+	}
+	if req.Finalizing && resp.Finalized {
+		o.parent.Finalizers = slices.DeleteFunc(o.parent.Finalizers, func(f string) bool { return f == d.Finalizer() })
+		if len(o.parent.Finalizers) == 0 {
+			delete(d.objs, key)
+		}
+		if d.Refinalize {
+			d.mu.Unlock()
+			again, _, err := d.call("finalize", req)
+			d.mu.Lock()
+			if err != nil {
+				return fmt.Errorf("driver: finalize %s again after finalized: %w", key, err)
+			}
+			if !again.Finalized {
+				return fmt.Errorf("driver: finalize %s again after finalized: answered finalized=false", key)
+			}
+		}
+		return nil
+	}
+	if err := d.applyChildren(o, resp.Children); err != nil {
+		return fmt.Errorf("driver: %s %s: %w", hook, key, err)
+	}
+	if resp.ResyncAfterSeconds > 0 {
+		d.enqueue(o, now.Add(time.Duration(resp.ResyncAfterSeconds*float64(time.Second))))
+	}
+	if d.ResyncPeriod > 0 {
+		d.enqueue(o, now.Add(d.ResyncPeriod))
+	}
+	return nil
+}
+
+// applyStatus replaces the status, injecting observedGeneration, and writes only when the
+// result differs from the live status; a write is an update event, so it queues a sync.
+func (d *Driver) applyStatus(o *object, raw any) error {
+	b, err := json.Marshal(raw)
+	if err != nil {
+		return err
+	}
+	var st v1.ProxyStatus
+	if string(b) != "null" {
+		// Strict: a field the CRD schema does not declare would be pruned by the API server
+		// and rewritten on every sync.
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&st); err != nil {
+			return fmt.Errorf("status not in the CRD schema: %w", err)
+		}
+	}
+	st.ObservedGeneration = o.parent.Generation
+	if jsonEqual(o.parent.Status, st) {
+		return nil
+	}
+	o.parent.Status = st
+	o.bump()
+	o.writes++
+	d.writes++
+	d.enqueue(o, d.Clock.Now())
+	return nil
+}
+
+type childMeta struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Metadata   struct {
+		Name      string            `json:"name"`
+		Namespace string            `json:"namespace"`
+		Labels    map[string]string `json:"labels"`
+	} `json:"metadata"`
+}
+
+// applyChildren creates or replaces the children in the answer and deletes the others.
+func (d *Driver) applyChildren(o *object, children []json.RawMessage) error {
+	want := metacontroller.RelativeObjects{}
+	for i, raw := range children {
+		var m childMeta
+		if err := json.Unmarshal(raw, &m); err != nil {
+			return fmt.Errorf("children[%d]: %w", i, err)
+		}
+		if m.APIVersion == "" || m.Kind == "" || m.Metadata.Name == "" {
+			return fmt.Errorf("children[%d]: apiVersion, kind and metadata.name are required", i)
+		}
+		if v, ok := m.Metadata.Labels["controller-uid"]; ok && v != string(o.parent.UID) {
+			return fmt.Errorf("children[%d]: label controller-uid=%s does not match the parent", i, v)
+		}
+		var obj map[string]any
+		_ = json.Unmarshal(raw, &obj)
+		meta, _ := obj["metadata"].(map[string]any)
+		labels, _ := meta["labels"].(map[string]any)
+		if labels == nil {
+			labels = map[string]any{}
+		}
+		labels["controller-uid"] = string(o.parent.UID)
+		meta["labels"] = labels
+		if meta["namespace"] == nil {
+			meta["namespace"] = o.parent.Namespace
+		}
+		b, _ := json.Marshal(obj)
+		t := metacontroller.TypeKey(m.Kind, m.APIVersion)
+		if want[t] == nil {
+			want[t] = map[string]json.RawMessage{}
+		}
+		want[t][o.parent.Namespace+"/"+m.Metadata.Name] = b
+	}
+	o.children = want
+	return nil
+}
+
+// call POSTs one hook body and decodes the answer strictly, as a v2 hook does.
+func (d *Driver) call(hook string, req request) (*metacontroller.SyncResponse, time.Duration, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, 0, err
+	}
+	timeout := d.HookTimeout
+	if timeout <= 0 {
+		timeout = DefaultHookTimeout
+	}
+	client := d.Client
+	if client == nil {
+		client = &http.Client{Timeout: timeout}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(d.URL, "/")+"/"+hook, bytes.NewReader(body))
+	if err != nil {
+		return nil, 0, err
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	res, err := client.Do(hreq)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%s hook: %w", hook, err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(res.Body, 16<<20))
+	if err != nil {
+		return nil, 0, fmt.Errorf("%s hook: reading answer: %w", hook, err)
+	}
+	if res.StatusCode == http.StatusTooManyRequests {
+		if s, err := strconv.Atoi(res.Header.Get("Retry-After")); err == nil && s > 0 {
+			return nil, time.Duration(s) * time.Second, fmt.Errorf("%s hook: 429: %s", hook, strings.TrimSpace(string(b)))
+		}
+	}
+	if res.StatusCode != http.StatusOK {
+		return nil, 0, fmt.Errorf("%s hook: HTTP %d: %s", hook, res.StatusCode, strings.TrimSpace(string(b)))
+	}
+	var resp metacontroller.SyncResponse
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&resp); err != nil {
+		return nil, 0, fmt.Errorf("%s hook: undecodable answer: %w", hook, err)
+	}
+	return &resp, 0, nil
+}
+
+func backoff(failures int) time.Duration {
+	d := backoffBase
+	for i := 1; i < failures && d < backoffCap; i++ {
+		d *= 2
+	}
+	return min(d, backoffCap)
+}
+
+// jsonEqual compares two values as Metacontroller compares unstructured objects.
+func jsonEqual(a, b any) bool {
+	var x, y any
+	ab, _ := json.Marshal(a)
+	bb, _ := json.Marshal(b)
+	_ = json.Unmarshal(ab, &x)
+	_ = json.Unmarshal(bb, &y)
+	return reflect.DeepEqual(x, y)
+}
+
+// clone deep-copies through JSON, the form the API server stores (the API types have no
+// generated DeepCopy).
+func clone[T any](v T) T {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("driver: clone: %v", err))
+	}
+	var out T
+	if err := json.Unmarshal(b, &out); err != nil {
+		panic(fmt.Sprintf("driver: clone: %v", err))
+	}
+	return out
+}
