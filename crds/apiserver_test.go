@@ -191,8 +191,8 @@ func (s *apiServer) must(t *testing.T, want int, method, path string, body any, 
 
 type pkiFiles struct {
 	serverCert, serverKey, saKey, saPub, tokens string
-	token                                string
-	roots                                *x509.CertPool
+	token                                       string
+	roots                                       *x509.CertPool
 }
 
 // writePKI writes a CA, a serving certificate for 127.0.0.1, a service-account signing key and a
