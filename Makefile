@@ -5,7 +5,7 @@ BIN           ?= bin/proxy-operator
 IMG           ?= proxy-operator:dev
 RUN_ARGS      ?= -hook-addr 127.0.0.1:8080 -log-format text
 
-.PHONY: build run test generate verify vet fmt bench docker-build
+.PHONY: build run test generate verify vet fmt bench bench-probes docker-build
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN) .
@@ -29,6 +29,11 @@ verify: generate
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./...
+
+# bench-probes schedules 10,000 proxies at 10 s against loopback stub proxies for 60 s (about
+# 80 s in all); it is not part of `make test` or `make bench`.
+bench-probes:
+	PROBE_BENCH_SECONDS=$${PROBE_BENCH_SECONDS:-60} $(GO) test -run '^$$' -bench BenchmarkProbeScheduler -benchtime 1x -timeout 10m ./health/
 
 # Needs a Docker engine; IMG names the image (default proxy-operator:dev, what metacontroller/ deploys).
 docker-build:

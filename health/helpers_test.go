@@ -115,9 +115,17 @@ func newPlainTarget(t *testing.T) string {
 // httptest's RSA one, and trusted by nothing that has not been handed it.
 func selfSigned(tb testing.TB) tls.Certificate {
 	tb.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	c, err := newCert()
 	if err != nil {
 		tb.Fatal(err)
+	}
+	return c
+}
+
+func newCert() (tls.Certificate, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return tls.Certificate{}, err
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber:          big.NewInt(1),
@@ -132,13 +140,13 @@ func selfSigned(tb testing.TB) tls.Certificate {
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
-		tb.Fatal(err)
+		return tls.Certificate{}, err
 	}
 	leaf, err := x509.ParseCertificate(der)
 	if err != nil {
-		tb.Fatal(err)
+		return tls.Certificate{}, err
 	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, nil
 }
 
 // untrustedTarget is a loopback HTTPS server whose certificate no test config trusts.
@@ -208,7 +216,7 @@ const testUnit = 100 * time.Millisecond
 
 // proxyAt is a fleet record for a proxy at addr probing url. Interval and timeout are in
 // testUnits.
-func proxyAt(t *testing.T, key, addr, url string, interval, timeout, fail, succeed int32) fleet.Proxy {
+func proxyAt(t testing.TB, key, addr, url string, interval, timeout, fail, succeed int32) fleet.Proxy {
 	t.Helper()
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {

@@ -1,0 +1,295 @@
+package health
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/CHANGEME/proxy-operator/fleet"
+	"github.com/CHANGEME/proxy-operator/providers/mock"
+)
+
+// The probe-scheduler benchmark runs the stub proxies and the TLS target in a child process
+// (this test binary, re-run with stubEnv set), so that goroutines, RSS and CPU measured here
+// are the scheduler's and the prober's alone.
+const (
+	stubEnv         = "HEALTH_BENCH_STUB"
+	benchSecondsEnv = "PROBE_BENCH_SECONDS"
+	stubProxies     = 4 // proxy addresses the fleet shares, so loopback ports do not run out
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(stubEnv) == "1" {
+		if err := serveStub(os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "stub:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+type stubInfo struct {
+	Proxies []string `json:"proxies"`
+	Target  string   `json:"target"`
+	CertDER []byte   `json:"certDER"`
+}
+
+// serveStub serves a loopback TLS target and stubProxies mock forward proxies, writes their
+// addresses as one JSON line and serves until in closes.
+func serveStub(in io.Reader, out io.Writer) error {
+	cert, err := newCert()
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{
+		Handler:           http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }),
+		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
+		ReadHeaderTimeout: 10 * time.Second,
+		// Handshakes cut short when the benchmark stops are expected; do not print them.
+		ErrorLog: log.New(io.Discard, "", 0),
+	}
+	go func() { _ = srv.ServeTLS(ln, "", "") }()
+	info := stubInfo{Target: "https://" + ln.Addr().String() + "/generate_204", CertDER: cert.Certificate[0]}
+	for range stubProxies {
+		free, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		addr := free.Addr().String()
+		free.Close()
+		stop, err := mock.ServeForwardProxy(addr)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		info.Proxies = append(info.Proxies, addr)
+	}
+	if err := json.NewEncoder(out).Encode(info); err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, in)
+	return srv.Close()
+}
+
+func startStubProcess(b *testing.B) stubInfo {
+	b.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), stubEnv+"=1")
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		stdin.Close()
+		_ = cmd.Wait()
+	})
+	line, err := bufio.NewReader(stdout).ReadBytes('\n')
+	if err != nil {
+		b.Fatalf("stub process: %v", err)
+	}
+	var info stubInfo
+	if err := json.Unmarshal(line, &info); err != nil {
+		b.Fatalf("stub process said %q: %v", line, err)
+	}
+	return info
+}
+
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+}
+
+// peakRSSMB is the process's high-water resident set (VmHWM).
+func peakRSSMB() float64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return math.NaN()
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
+			return kb / 1024
+		}
+	}
+	return math.NaN()
+}
+
+// BenchmarkProbeScheduler schedules 10,000 proxies at a 10 s interval against loopback stub
+// proxies for PROBE_BENCH_SECONDS (make bench-probes: 60) and reports probes done/due, p99
+// lateness against the slot, CPU per 1,000 probes (and its ratio to bare probes made in
+// the same run without the scheduler), peak goroutines and peak RSS. It is skipped unless
+// PROBE_BENCH_SECONDS is set, so `make bench` stays short.
+func BenchmarkProbeScheduler(b *testing.B) {
+	secs, _ := strconv.Atoi(os.Getenv(benchSecondsEnv))
+	if secs <= 0 {
+		b.Skipf("set %s (make bench-probes sets 60) to run the probe-scheduler benchmark", benchSecondsEnv)
+	}
+	const (
+		fleetSize = 10_000
+		interval  = 10 * time.Second
+		workers   = DefaultWorkers
+	)
+	window := time.Duration(secs) * time.Second
+	info := startStubProcess(b)
+	leaf, err := x509.ParseCertificate(info.CertDER)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(leaf)
+	prober := NewHTTPProber(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})
+	target := func(i int) Target {
+		return Target{Proxy: info.Proxies[i%len(info.Proxies)], URL: info.Target, Timeout: 5 * time.Second, Expected: []int32{204}}
+	}
+
+	for range b.N {
+		// Baseline: the same prober, the same pool size, probing back to back for 5 s with
+		// no scheduler, no view and no metrics.
+		var bareProbes, bareFails atomic.Int64
+		cpu0 := cpuSeconds()
+		stopAt := time.Now().Add(5 * time.Second)
+		var wg sync.WaitGroup
+		for w := range workers {
+			wg.Go(func() {
+				for i := w; time.Now().Before(stopAt); i += workers {
+					if r := prober.Probe(context.Background(), target(i)); !r.OK {
+						bareFails.Add(1)
+					}
+					bareProbes.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		bareCPU := (cpuSeconds() - cpu0) / float64(bareProbes.Load()) * 1000
+		runtime.GC()
+		time.Sleep(2 * time.Second) // let loopback TIME_WAITs from the burst age a little
+
+		view := fleet.New(time.Now, 0)
+		for i := range fleetSize {
+			host, port, _ := net.SplitHostPort(info.Proxies[i%len(info.Proxies)])
+			p := proxyAt(b, fmt.Sprintf("bench/p%05d", i), net.JoinHostPort(host, port), info.Target, 10, 5, 3, 1)
+			view.Upsert(p)
+		}
+		s, err := New(Config{View: view, Prober: prober, Workers: workers, Registerer: prometheus.NewRegistry(), Log: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var (
+			offsets  []time.Duration // each proxy's first slot after start
+			lateness []time.Duration // of probes whose slot fell in the window
+			done     int
+			failed   int
+			kinds    = map[string]int{}
+			start    time.Time
+		)
+		jitter := s.jitter
+		s.jitter = func(d time.Duration) time.Duration {
+			j := jitter(d)
+			offsets = append(offsets, j)
+			return j
+		}
+		s.onResult = func(_ string, due, started time.Time, r Result) {
+			if due.Sub(start) >= window {
+				return
+			}
+			done++
+			lateness = append(lateness, started.Sub(due))
+			if !r.OK {
+				failed++
+				kinds[r.Kind]++
+			}
+		}
+		baseGoroutines := runtime.NumGoroutine()
+		var peakG atomic.Int64
+		sampleCtx, stopSampling := context.WithCancel(context.Background())
+		var sampler sync.WaitGroup
+		sampler.Go(func() {
+			t := time.NewTicker(100 * time.Millisecond)
+			defer t.Stop()
+			for {
+				if g := int64(runtime.NumGoroutine()); g > peakG.Load() {
+					peakG.Store(g)
+				}
+				select {
+				case <-sampleCtx.Done():
+					return
+				case <-t.C:
+				}
+			}
+		})
+
+		ctx, cancel := context.WithCancel(context.Background())
+		start = time.Now()
+		cpu0 = cpuSeconds()
+		runErr := make(chan error, 1)
+		b.ResetTimer()
+		go func() { runErr <- s.Run(ctx) }()
+		// The window, then one timeout more for the window's last probes to finish.
+		time.Sleep(window + 5*time.Second)
+		cancel()
+		if err := <-runErr; err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		cpu := cpuSeconds() - cpu0
+		stopSampling()
+		sampler.Wait()
+
+		due := 0
+		for _, o := range offsets {
+			if o < window {
+				due += int((window-o-1)/interval) + 1
+			}
+		}
+		slices.Sort(lateness)
+		p99 := lateness[min(len(lateness)-1, len(lateness)*99/100)]
+		b.ReportMetric(float64(done)/float64(due), "done/due")
+		b.ReportMetric(float64(p99.Microseconds())/1000, "p99-late-ms")
+		b.ReportMetric(cpu/float64(done)*1000, "cpu-s/1k-probes")
+		b.ReportMetric(bareCPU, "bare-cpu-s/1k-probes")
+		b.ReportMetric(cpu/float64(done)*1000/bareCPU, "cpu-vs-bare")
+		b.ReportMetric(float64(peakG.Load()), "peak-goroutines")
+		b.ReportMetric(peakRSSMB(), "peak-rss-MB")
+		b.ReportMetric(0, "ns/op")
+		b.Logf("window %v: %d proxies at %v, %d workers: done %d / due %d, failed %d %v; p50 late %v, p99 late %v; "+
+			"cpu %.1fs (%.3f s/1k probes; bare %.3f s/1k over %d probes, %d failed); goroutines base %d peak %d; peak RSS %.0f MB",
+			window, fleetSize, interval, workers, done, due, failed, kinds, lateness[len(lateness)/2], p99,
+			cpu, cpu/float64(done)*1000, bareCPU, bareProbes.Load(), bareFails.Load(), baseGoroutines, peakG.Load(), peakRSSMB())
+	}
+}
