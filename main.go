@@ -3,7 +3,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -13,6 +15,8 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -22,6 +26,7 @@ import (
 	"github.com/CHANGEME/proxy-operator/fleet"
 	"github.com/CHANGEME/proxy-operator/providers"
 	"github.com/CHANGEME/proxy-operator/providers/factory"
+	"github.com/CHANGEME/proxy-operator/replay"
 	"github.com/CHANGEME/proxy-operator/server"
 )
 
@@ -35,6 +40,8 @@ type Config struct {
 	MaxBodyBytes    int64
 	FleetWarmup     time.Duration
 	ShutdownGrace   time.Duration
+	// CaptureDir, when set, receives every handled hook call as a replayable fixture.
+	CaptureDir string
 }
 
 func parseFlags(args []string, stderr io.Writer) (Config, error) {
@@ -50,6 +57,7 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	fs.Int64Var(&c.MaxBodyBytes, "max-hook-body-bytes", server.DefaultMaxBodyBytes, "largest hook request body accepted (413 beyond)")
 	fs.DurationVar(&c.FleetWarmup, "fleet-warmup", 3*time.Minute, "time after start before the fleet view is trusted as complete (at least the CompositeController's resyncPeriodSeconds)")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 20*time.Second, "time allowed for in-flight requests at shutdown")
+	fs.StringVar(&c.CaptureDir, "capture-dir", "", "write every handled hook call as a fixture folder under this directory (debugging; replay with 'proxy-operator replay DIR')")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
 	}
@@ -86,6 +94,9 @@ func main() {
 }
 
 func dispatch(args []string) error {
+	if len(args) > 0 && args[0] == "replay" {
+		return runReplay(args[1:], os.Stdout)
+	}
 	cfg, err := parseFlags(args, os.Stderr)
 	if err != nil {
 		return err
@@ -125,6 +136,14 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, ready chan<- string)
 		MaxBodyBytes:    cfg.MaxBodyBytes,
 		ProviderTimeout: cfg.ProviderTimeout,
 	}
+	if cfg.CaptureDir != "" {
+		rec, err := replay.NewRecorder(cfg.CaptureDir, log)
+		if err != nil {
+			return err
+		}
+		hooks.Recorder = rec
+		log.Warn("capturing every hook call", "dir", cfg.CaptureDir)
+	}
 	hookSrv := newHTTPServer(hooks.Handler(), cfg.ProviderTimeout)
 	ln, err := net.Listen("tcp", cfg.HookAddr)
 	if err != nil {
@@ -161,4 +180,63 @@ func newHTTPServer(h http.Handler, providerTimeout time.Duration) *http.Server {
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    64 << 10,
 	}
+}
+
+// runReplay replays one fixture folder, or every fixture under a capture directory, and
+// prints each answer and the provider calls it made. It fails when one differs from its golden.
+func runReplay(args []string, out io.Writer) error {
+	if len(args) != 1 {
+		return fmt.Errorf("usage: proxy-operator replay <fixture-dir | capture-dir>")
+	}
+	var cases []replay.Case
+	if _, err := os.Stat(filepath.Join(args[0], replay.RequestFile)); err == nil {
+		c, err := replay.Load(args[0])
+		if err != nil {
+			return err
+		}
+		cases = append(cases, c)
+	} else {
+		var err error
+		if cases, err = replay.LoadAll(args[0]); err != nil {
+			return err
+		}
+		if len(cases) == 0 {
+			return fmt.Errorf("replay: no fixture in %s (want %s, or <hook>/<case>/%s below it)", args[0], replay.RequestFile, replay.RequestFile)
+		}
+	}
+	differ := 0
+	for _, c := range cases {
+		got, err := replay.Run(c, nil)
+		if err != nil {
+			return err
+		}
+		var body bytes.Buffer
+		if json.Indent(&body, got.Body, "", "  ") != nil {
+			body.Write(got.Body)
+		}
+		fmt.Fprintf(out, "== %s (%s)\nHTTP %d\n%s\nprovider calls:\n", c.Dir, c.Hook, got.Code, body.String())
+		if len(got.Calls) == 0 {
+			fmt.Fprintln(out, "  (none)")
+		}
+		for _, call := range got.Calls {
+			line := "  " + call.Op + " " + call.Arg
+			if call.Err != "" {
+				line += " -> " + call.Err
+			}
+			fmt.Fprintln(out, strings.TrimRight(line, " "))
+		}
+		switch d := replay.Diff(c, got); {
+		case c.Want == nil:
+			fmt.Fprintln(out, "golden: none")
+		case d == "":
+			fmt.Fprintln(out, "golden: match")
+		default:
+			differ++
+			fmt.Fprintf(out, "golden: differs\n%s", d)
+		}
+	}
+	if differ > 0 {
+		return fmt.Errorf("replay: %d of %d fixtures differ from their goldens", differ, len(cases))
+	}
+	return nil
 }
