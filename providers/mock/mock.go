@@ -197,10 +197,17 @@ func (p *Provider) fault(op, arg string) error {
 	return nil
 }
 
+// MaxRecordedCalls bounds the call record: `make run` keeps a mock provider for days, and
+// an unbounded record would grow with every sync. Beyond it the oldest half is dropped.
+const MaxRecordedCalls = 1 << 14
+
 func (p *Provider) record(op, arg string, err error) {
 	c := Call{Op: op, Arg: arg}
 	if err != nil {
 		c.Err = err.Error()
+	}
+	if len(p.calls) >= MaxRecordedCalls {
+		p.calls = append(p.calls[:0], p.calls[len(p.calls)/2:]...)
 	}
 	p.calls = append(p.calls, c)
 }
@@ -335,7 +342,7 @@ func (p *Provider) Seed(instances ...providers.Instance) {
 	}
 }
 
-// Calls returns the calls recorded so far.
+// Calls returns the calls recorded so far (at most the latest MaxRecordedCalls).
 func (p *Provider) Calls() []Call {
 	p.mu.Lock()
 	defer p.mu.Unlock()
