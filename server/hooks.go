@@ -289,7 +289,12 @@ func (h *Hooks) sync(ctx context.Context, hook string, body []byte, ex *Exchange
 			in.CloudInit, in.CloudInitErr = resolveCloudInit(p, req.Related)
 		}
 	}
+	// A provider whose instances are Metacontroller children acts through this call's
+	// children; every other provider is returned unchanged.
+	var children providers.BoundProvider
 	if in.ProviderKnown {
+		parent := providers.Parent{Namespace: p.Namespace, Name: p.Name, UID: string(p.UID)}
+		entry.Provider, children, _ = providers.BindChildren(entry.Provider, parent, req.Children)
 		in.RetryAt = h.retryAt(p, finalizing)
 	}
 	if in.ProviderKnown && !in.RetryAt.After(in.Now) {
@@ -316,7 +321,7 @@ func (h *Hooks) sync(ctx context.Context, hook string, body []byte, ex *Exchange
 	h.record(log, p, d)
 	resp := metacontroller.SyncResponse{
 		Status:             d.Status,
-		Children:           []json.RawMessage{},
+		Children:           providers.DesiredChildren(children, req.Children, finalizing),
 		ResyncAfterSeconds: d.ResyncAfter.Seconds(),
 		Finalized:          d.Finalized,
 	}

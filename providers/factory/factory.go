@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/CHANGEME/proxy-operator/providers"
+	"github.com/CHANGEME/proxy-operator/providers/kubernetes"
 	"github.com/CHANGEME/proxy-operator/providers/mock"
 )
 
@@ -24,6 +25,8 @@ type Entry struct {
 	Name string       `json:"name"`
 	Type string       `json:"type"`
 	Mock *mock.Config `json:"mock,omitempty"`
+	// Kubernetes configures in-cluster Squid Pods (returned as Metacontroller children).
+	Kubernetes *kubernetes.Config `json:"kubernetes,omitempty"`
 }
 
 // Deps are what providers may need from the process.
@@ -79,7 +82,7 @@ func (c Config) Validate() error {
 			return fmt.Errorf("%s: name %q already used by providers[%d]", where, e.Name, j)
 		}
 		seen[e.Name] = i
-		blocks := map[string]bool{"mock": e.Mock != nil}
+		blocks := map[string]bool{"mock": e.Mock != nil, "kubernetes": e.Kubernetes != nil}
 		for typ, set := range blocks {
 			if set && typ != e.Type {
 				return fmt.Errorf("%s: has a %q block but type %q", where, typ, e.Type)
@@ -94,10 +97,16 @@ func (c Config) Validate() error {
 					}
 				}
 			}
+		case "kubernetes":
+			if e.Kubernetes != nil {
+				if err := e.Kubernetes.Validate(); err != nil {
+					return fmt.Errorf("%s: %w", where, err)
+				}
+			}
 		case "":
-			return fmt.Errorf("%s: type is required (one of: mock)", where)
+			return fmt.Errorf("%s: type is required (one of: mock, kubernetes)", where)
 		default:
-			return fmt.Errorf("%s: unknown type %q (one of: mock)", where, e.Type)
+			return fmt.Errorf("%s: unknown type %q (one of: mock, kubernetes)", where, e.Type)
 		}
 	}
 	return nil
@@ -116,6 +125,12 @@ func Build(c Config, deps Deps) (*providers.Set, error) {
 				cfg = *e.Mock
 			}
 			p, err = mock.New(cfg)
+		case "kubernetes":
+			cfg := kubernetes.Config{}
+			if e.Kubernetes != nil {
+				cfg = *e.Kubernetes
+			}
+			p, err = kubernetes.New(cfg)
 		default:
 			err = fmt.Errorf("unknown type %q", e.Type)
 		}

@@ -1,0 +1,399 @@
+// Package kubernetes owns the in-cluster provider: a Managed proxy is a Squid Pod that
+// Metacontroller creates and deletes as a child of the Proxy. It builds the desired Pod and
+// reads observed Pods; it never talks to the API server, and it knows nothing of the sync core
+// beyond the providers contract.
+package kubernetes
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/CHANGEME/proxy-operator/providers"
+)
+
+// Defaults for Config fields left empty.
+const (
+	DefaultImage         = "ubuntu/squid"
+	DefaultCPURequest    = "100m"
+	DefaultMemoryRequest = "128Mi"
+	DefaultMemoryLimit   = "256Mi"
+	// imagePort is where the default image's Squid listens unless told otherwise.
+	imagePort = 3128
+)
+
+// PodTypeKey is how Metacontroller keys observed Pods in a sync request.
+const PodTypeKey = "Pod.v1"
+
+// Labels besides the GC tags, so `kubectl get pods -l app.kubernetes.io/managed-by=proxy-operator` works.
+const (
+	LabelName       = "app.kubernetes.io/name"
+	LabelManagedBy  = "app.kubernetes.io/managed-by"
+	AnnotationProxy = "crawl.example.com/proxy"
+	containerName   = "squid"
+	portName        = "proxy"
+	zoneNodeLabel   = "topology.kubernetes.io/zone"
+)
+
+// Config is the kubernetes entry of the providers config.
+type Config struct {
+	// Image is the default container image (placement.image overrides it); default ubuntu/squid.
+	Image string `json:"image,omitempty"`
+	// CPURequest and MemoryRequest are the container's requests (defaults 100m, 128Mi).
+	CPURequest    string `json:"cpuRequest,omitempty"`
+	MemoryRequest string `json:"memoryRequest,omitempty"`
+	// CPULimit and MemoryLimit are the container's limits (defaults: none, 256Mi). A CPU limit
+	// throttles a proxy under load, so none is set unless asked for.
+	CPULimit    string `json:"cpuLimit,omitempty"`
+	MemoryLimit string `json:"memoryLimit,omitempty"`
+}
+
+// Validate names the field that does not parse as a Kubernetes quantity.
+func (c Config) Validate() error {
+	_, err := c.resources()
+	return err
+}
+
+func (c Config) resources() (corev1.ResourceRequirements, error) {
+	or := func(v, def string) string {
+		if v == "" {
+			return def
+		}
+		return v
+	}
+	fields := []struct {
+		name, value string
+		list        *corev1.ResourceList
+		res         corev1.ResourceName
+	}{
+		{"cpuRequest", or(c.CPURequest, DefaultCPURequest), nil, corev1.ResourceCPU},
+		{"memoryRequest", or(c.MemoryRequest, DefaultMemoryRequest), nil, corev1.ResourceMemory},
+		{"cpuLimit", c.CPULimit, nil, corev1.ResourceCPU},
+		{"memoryLimit", or(c.MemoryLimit, DefaultMemoryLimit), nil, corev1.ResourceMemory},
+	}
+	r := corev1.ResourceRequirements{Requests: corev1.ResourceList{}, Limits: corev1.ResourceList{}}
+	for i, f := range fields {
+		if f.value == "" {
+			continue
+		}
+		q, err := resource.ParseQuantity(f.value)
+		if err != nil {
+			return r, fmt.Errorf("kubernetes: %s %q: %w", f.name, f.value, err)
+		}
+		if i < 2 {
+			r.Requests[f.res] = q
+		} else {
+			r.Limits[f.res] = q
+		}
+	}
+	return r, nil
+}
+
+// Provider is the unbound kubernetes provider. On its own it can only say that it has nothing
+// to list: its instances exist only through a sync (see Bind).
+type Provider struct {
+	cfg       Config
+	image     string
+	resources corev1.ResourceRequirements
+}
+
+var (
+	_ providers.Provider      = (*Provider)(nil)
+	_ providers.ChildBinder   = (*Provider)(nil)
+	_ providers.BoundProvider = (*bound)(nil)
+)
+
+// New validates cfg and returns the provider.
+func New(cfg Config) (*Provider, error) {
+	res, err := cfg.resources()
+	if err != nil {
+		return nil, err
+	}
+	img := cfg.Image
+	if img == "" {
+		img = DefaultImage
+	}
+	return &Provider{cfg: cfg, image: img, resources: res}, nil
+}
+
+// errUnbound is returned by calls made outside a sync: Pods are created and deleted only by
+// Metacontroller acting on a sync answer.
+var errUnbound = providers.Wrap(providers.ErrPermanent, "kubernetes", fmt.Errorf("pods are Metacontroller children: only a bound sync can act on them"))
+
+// Create fails: see Bind.
+func (p *Provider) Create(context.Context, providers.CreateRequest) (string, error) {
+	return "", errUnbound
+}
+
+// Get fails: see Bind.
+func (p *Provider) Get(context.Context, string) (*providers.Instance, error) { return nil, errUnbound }
+
+// Delete fails: see Bind.
+func (p *Provider) Delete(context.Context, string) error { return errUnbound }
+
+// ListByTag returns nothing and no error: a Pod's ownerReference to its Proxy makes the
+// Kubernetes garbage collector remove it with the Proxy, so orphan GC has nothing to do here.
+func (p *Provider) ListByTag(context.Context) ([]providers.Instance, error) { return nil, nil }
+
+// Bind scopes the provider to one sync of parent, over the Pods the request shows.
+func (p *Provider) Bind(parent providers.Parent, observed map[string]map[string]json.RawMessage) providers.BoundProvider {
+	b := &bound{p: p, parent: parent, pods: map[string]*corev1.Pod{}, keep: map[string]json.RawMessage{}}
+	for _, raw := range observed[PodTypeKey] {
+		var pod corev1.Pod
+		if err := json.Unmarshal(raw, &pod); err != nil || pod.Name == "" {
+			// Metacontroller sends what the API server stored; an undecodable Pod is left out
+			// of what Get can find, and still kept by the pass-through in Children.
+			continue
+		}
+		b.pods[pod.Name] = &pod
+	}
+	return b
+}
+
+// bound is one sync's view of the Proxy's Pods. It is used by one goroutine.
+type bound struct {
+	p      *Provider
+	parent providers.Parent
+	pods   map[string]*corev1.Pod
+	// keep is the desired children so far; touched says the sync core made a call, so keep is
+	// its whole intent (until then, what exists is left alone).
+	keep    map[string]json.RawMessage
+	touched bool
+}
+
+// PodName is the Pod of an instance name and spec hash: the hash in the name makes a spec
+// change a new child, and Metacontroller deletes the old one when it is no longer returned.
+func PodName(instanceName, specHash string) string {
+	if specHash == "" {
+		return instanceName
+	}
+	return instanceName + "-" + specHash[:min(10, len(specHash))]
+}
+
+// Create records the desired Pod. Idempotent: the name is a function of the request.
+func (b *bound) Create(_ context.Context, req providers.CreateRequest) (string, error) {
+	b.touched = true
+	pod := b.p.pod(req, b.parent)
+	raw, err := marshalChild(pod)
+	if err != nil {
+		return "", providers.Wrap(providers.ErrPermanent, "kubernetes create", err)
+	}
+	b.keep[pod.Name] = raw
+	return pod.Name, nil
+}
+
+// Get reads the observed Pod named id; a Pod not in the request is ErrNotFound.
+func (b *bound) Get(_ context.Context, id string) (*providers.Instance, error) {
+	b.touched = true
+	pod, ok := b.pods[id]
+	if !ok {
+		return nil, providers.Wrap(providers.ErrNotFound, "kubernetes get", fmt.Errorf("pod %s/%s", b.parent.Namespace, id))
+	}
+	inst := instance(pod)
+	if inst.State != providers.StateTerminated {
+		raw, err := marshalChild(observedChild(pod))
+		if err != nil {
+			return nil, providers.Wrap(providers.ErrPermanent, "kubernetes get", err)
+		}
+		b.keep[id] = raw
+	}
+	return &inst, nil
+}
+
+// Delete drops the Pod from the desired children; Metacontroller deletes it. Idempotent.
+func (b *bound) Delete(_ context.Context, id string) error {
+	b.touched = true
+	delete(b.keep, id)
+	return nil
+}
+
+// ListByTag returns the observed Pods carrying the managed tag.
+func (b *bound) ListByTag(context.Context) ([]providers.Instance, error) {
+	out := []providers.Instance{}
+	for _, name := range slices.Sorted(maps.Keys(b.pods)) {
+		pod := b.pods[name]
+		if pod.Labels[providers.TagManaged] == "true" {
+			out = append(out, instance(pod))
+		}
+	}
+	return out, nil
+}
+
+// Children returns the desired children, sorted by name.
+func (b *bound) Children(finalizing bool) []json.RawMessage {
+	out := []json.RawMessage{}
+	if finalizing {
+		return out
+	}
+	keep := b.keep
+	if !b.touched {
+		keep = map[string]json.RawMessage{}
+		for name, pod := range b.pods {
+			if pod.DeletionTimestamp != nil {
+				continue
+			}
+			if raw, err := marshalChild(observedChild(pod)); err == nil {
+				keep[name] = raw
+			}
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(keep)) {
+		out = append(out, keep[name])
+	}
+	return out
+}
+
+// instance maps an observed Pod onto the provider contract.
+func instance(pod *corev1.Pod) providers.Instance {
+	inst := providers.Instance{
+		ID:        pod.Name,
+		Name:      pod.Name,
+		IP:        pod.Status.PodIP,
+		State:     providers.StateProvisioning,
+		OwnerUID:  pod.Labels[providers.TagOwnerUID],
+		SpecHash:  pod.Labels[providers.TagSpecHash],
+		CreatedAt: pod.CreationTimestamp.UTC(),
+	}
+	switch {
+	case pod.DeletionTimestamp != nil, pod.Status.Phase == corev1.PodFailed, pod.Status.Phase == corev1.PodSucceeded:
+		// A Pod that ended or is going away is replaced, never waited for.
+		inst.State = providers.StateTerminated
+	case pod.Status.Phase == corev1.PodRunning && ready(pod) && pod.Status.PodIP != "":
+		inst.State = providers.StateRunning
+	default:
+		// Pending, Unknown (node unreachable) and Running-but-not-ready all wait.
+		inst.IP = ""
+	}
+	return inst
+}
+
+func ready(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// pod builds the desired Pod of a create request. It is a pure function of its inputs.
+func (p *Provider) pod(req providers.CreateRequest, parent providers.Parent) *corev1.Pod {
+	image := p.image
+	if req.Image != "" {
+		image = req.Image
+	}
+	port := req.Port
+	labels := req.Tags()
+	labels[LabelName] = "squid"
+	labels[LabelManagedBy] = "proxy-operator"
+	ns := req.Namespace
+	if ns == "" {
+		ns = parent.Namespace
+	}
+	c := corev1.Container{
+		Name:      containerName,
+		Image:     image,
+		Ports:     []corev1.ContainerPort{{Name: portName, ContainerPort: port, Protocol: corev1.ProtocolTCP}},
+		Resources: *p.resources.DeepCopy(),
+		ReadinessProbe: &corev1.Probe{
+			ProbeHandler:     corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(port)}},
+			PeriodSeconds:    5,
+			TimeoutSeconds:   2,
+			FailureThreshold: 3,
+			SuccessThreshold: 1,
+		},
+	}
+	if len(c.Resources.Limits) == 0 {
+		c.Resources.Limits = nil
+	}
+	if image == DefaultImage && port != imagePort {
+		// The stock image's squid.conf says "http_port 3128": rewrite that one line so the
+		// proxy listens where spec.port (and the readiness probe) say.
+		c.Command = []string{"/bin/sh", "-c", `sed -E "s/^http_port [0-9]+$/http_port ${SQUID_PORT}/" /etc/squid/squid.conf > /tmp/squid.conf && exec squid -N -f /tmp/squid.conf`}
+		c.Env = []corev1.EnvVar{{Name: "SQUID_PORT", Value: fmt.Sprint(port)}}
+	}
+	no := false
+	pod := &corev1.Pod{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        PodName(req.Name, req.SpecHash),
+			Namespace:   ns,
+			Labels:      labels,
+			Annotations: map[string]string{AnnotationProxy: req.ProxyName},
+		},
+		Spec: corev1.PodSpec{
+			Containers: []corev1.Container{c},
+			// The proxy needs no API credentials; a crawler reaching it must not find any.
+			AutomountServiceAccountToken: &no,
+			EnableServiceLinks:           &no,
+		},
+	}
+	if req.Zone != "" {
+		pod.Spec.NodeSelector = map[string]string{zoneNodeLabel: req.Zone}
+	}
+	return pod
+}
+
+// observedChild is the Pod to return for one that exists: its identity, labels and spec,
+// without status or server-set metadata. The CompositeController's OnDelete strategy never
+// updates an existing child, so this only has to keep it.
+func observedChild(pod *corev1.Pod) *corev1.Pod {
+	return &corev1.Pod{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        pod.Name,
+			Namespace:   pod.Namespace,
+			Labels:      pod.Labels,
+			Annotations: pod.Annotations,
+		},
+		Spec: pod.Spec,
+	}
+}
+
+// marshalChild encodes a Pod for the sync response with no nulls and no status: a null or an
+// empty status would look like a difference to Metacontroller on every sync.
+func marshalChild(pod *corev1.Pod) (json.RawMessage, error) {
+	b, err := json.Marshal(pod)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, err
+	}
+	delete(m, "status")
+	return json.Marshal(prune(m))
+}
+
+// prune drops null values and empty objects, recursively.
+func prune(v any) any {
+	switch t := v.(type) {
+	case map[string]any:
+		for k, e := range t {
+			e = prune(e)
+			if e == nil {
+				delete(t, k)
+				continue
+			}
+			if m, ok := e.(map[string]any); ok && len(m) == 0 {
+				delete(t, k)
+				continue
+			}
+			t[k] = e
+		}
+		return t
+	case []any:
+		for i := range t {
+			t[i] = prune(t[i])
+		}
+		return t
+	}
+	return v
+}
