@@ -1,3 +1,5 @@
+// Package crds holds the generated CRD YAML and samples; it is a Go package only for its tests,
+// which check the CRD against a real kube-apiserver (etcd + kube-apiserver from KUBEBUILDER_ASSETS).
 package crds
 
 import (
@@ -14,6 +16,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	v1 "github.com/CHANGEME/proxy-operator/api/v1alpha1"
+	"github.com/CHANGEME/proxy-operator/internal/apiservertest"
 )
 
 const (
@@ -28,9 +31,9 @@ const (
 // message, defaults land as documented, immutability holds on update, printer columns resolve
 // and status is a subresource.
 func TestCRDOnAPIServer(t *testing.T) {
-	s := startAPIServer(t)
+	s := apiservertest.Start(t)
 	applyCRDs(t, s)
-	s.must(t, http.StatusCreated, http.MethodPost, "/api/v1/namespaces", map[string]any{
+	s.Must(t, http.StatusCreated, http.MethodPost, "/api/v1/namespaces", map[string]any{
 		"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": testNamespace},
 	}, "")
 
@@ -42,7 +45,7 @@ func TestCRDOnAPIServer(t *testing.T) {
 }
 
 // applyCRDs creates every CRD in this folder and waits until each is Established and served.
-func applyCRDs(t *testing.T, s *apiServer) {
+func applyCRDs(t *testing.T, s *apiservertest.Server) {
 	t.Helper()
 	files, err := filepath.Glob("*.yaml")
 	if err != nil || len(files) == 0 {
@@ -58,10 +61,10 @@ func applyCRDs(t *testing.T, s *apiServer) {
 		if err := json.Unmarshal(body, &crd); err != nil {
 			t.Fatal(err)
 		}
-		s.must(t, http.StatusCreated, http.MethodPost, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body, "")
+		s.Must(t, http.StatusCreated, http.MethodPost, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body, "")
 		deadline := time.Now().Add(establishedTimeout)
 		for {
-			b := s.must(t, http.StatusOK, http.MethodGet, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"+crd.Metadata.Name, nil, "")
+			b := s.Must(t, http.StatusOK, http.MethodGet, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"+crd.Metadata.Name, nil, "")
 			var got struct {
 				Status struct {
 					Conditions []struct{ Type, Status, Message string } `json:"conditions"`
@@ -89,7 +92,7 @@ func applyCRDs(t *testing.T, s *apiServer) {
 	// Established can precede the discovery of the new resource by a moment.
 	deadline := time.Now().Add(establishedTimeout)
 	for {
-		code, _, err := s.do(http.MethodGet, "/apis/crawl.example.com/v1alpha1/proxies", nil, "")
+		code, _, err := s.Do(http.MethodGet, "/apis/crawl.example.com/v1alpha1/proxies", nil, "")
 		if err == nil && code == http.StatusOK {
 			return
 		}
@@ -114,7 +117,7 @@ func yamlFileToJSON(t *testing.T, path string) []byte {
 }
 
 // create posts obj (moved into the test namespace) and returns the answer's code and body.
-func create(t *testing.T, s *apiServer, obj map[string]any) (int, []byte) {
+func create(t *testing.T, s *apiservertest.Server, obj map[string]any) (int, []byte) {
 	t.Helper()
 	meta, _ := obj["metadata"].(map[string]any)
 	if meta == nil {
@@ -122,7 +125,7 @@ func create(t *testing.T, s *apiServer, obj map[string]any) (int, []byte) {
 		obj["metadata"] = meta
 	}
 	meta["namespace"] = testNamespace
-	code, b, err := s.do(http.MethodPost, proxiesPath, obj, "")
+	code, b, err := s.Do(http.MethodPost, proxiesPath, obj, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +145,7 @@ func int32p(v int32) *int32 { return &v }
 
 // testSamples creates every sample in samples/ and checks the server's defaulting equals the Go
 // Default() applied to the sample: the two must never drift apart.
-func testSamples(t *testing.T, s *apiServer) {
+func testSamples(t *testing.T, s *apiservertest.Server) {
 	files, err := filepath.Glob("samples/*.yaml")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no samples in crds/samples (%v)", err)
@@ -173,7 +176,7 @@ func testSamples(t *testing.T, s *apiServer) {
 }
 
 // testDefaults pins the documented default values themselves, not just their agreement with Go.
-func testDefaults(t *testing.T, s *apiServer) {
+func testDefaults(t *testing.T, s *apiservertest.Server) {
 	code, b := create(t, s, managed("defaults"))
 	if code != http.StatusCreated {
 		t.Fatalf("create: %d %s", code, b)
@@ -229,7 +232,7 @@ func external(name string) map[string]any {
 
 func spec(obj map[string]any) map[string]any { return obj["spec"].(map[string]any) }
 
-func testRejections(t *testing.T, s *apiServer) {
+func testRejections(t *testing.T, s *apiservertest.Server) {
 	const (
 		providerRule = "provider is required when mode is Managed and must be empty when mode is External"
 		endpointRule = "endpoint is required when mode is External and must be absent when mode is Managed"
@@ -285,7 +288,7 @@ func testRejections(t *testing.T, s *apiServer) {
 			if code != http.StatusUnprocessableEntity {
 				t.Fatalf("status %d, want 422: %s", code, b)
 			}
-			st, err := decodeStatus(b)
+			st, err := apiservertest.DecodeStatus(b)
 			if err != nil {
 				t.Fatalf("%v: %s", err, b)
 			}
@@ -298,7 +301,7 @@ func testRejections(t *testing.T, s *apiServer) {
 	}
 }
 
-func testImmutability(t *testing.T, s *apiServer) {
+func testImmutability(t *testing.T, s *apiservertest.Server) {
 	code, b := create(t, s, managed("immutable"))
 	if code != http.StatusCreated {
 		t.Fatalf("create: %d %s", code, b)
@@ -306,7 +309,7 @@ func testImmutability(t *testing.T, s *apiServer) {
 	path := proxiesPath + "/immutable"
 
 	// A mutable field changes: the rules below reject the field, not every update.
-	s.must(t, http.StatusOK, http.MethodPatch, path, []byte(`{"spec":{"attributes":{"geo":"eu"},"maxLeases":9}}`), mergePatch)
+	s.Must(t, http.StatusOK, http.MethodPatch, path, []byte(`{"spec":{"attributes":{"geo":"eu"},"maxLeases":9}}`), mergePatch)
 
 	tests := []struct {
 		name  string
@@ -318,14 +321,14 @@ func testImmutability(t *testing.T, s *apiServer) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			code, b, err := s.do(http.MethodPatch, path, []byte(tt.patch), mergePatch)
+			code, b, err := s.Do(http.MethodPatch, path, []byte(tt.patch), mergePatch)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if code != http.StatusUnprocessableEntity {
 				t.Fatalf("status %d, want 422: %s", code, b)
 			}
-			st, err := decodeStatus(b)
+			st, err := apiservertest.DecodeStatus(b)
 			if err != nil {
 				t.Fatalf("%v: %s", err, b)
 			}
@@ -336,13 +339,13 @@ func testImmutability(t *testing.T, s *apiServer) {
 			}
 		})
 	}
-	got := decodeProxy(t, s.must(t, http.StatusOK, http.MethodGet, path, nil, ""))
+	got := decodeProxy(t, s.Must(t, http.StatusOK, http.MethodGet, path, nil, ""))
 	if got.Spec.Mode != v1.ModeManaged || got.Spec.Provider != "mock" || *got.Spec.MaxLeases != 9 {
 		t.Errorf("after the rejected updates: mode %q provider %q maxLeases %d, want Managed mock 9", got.Spec.Mode, got.Spec.Provider, *got.Spec.MaxLeases)
 	}
 }
 
-func testStatusAndColumns(t *testing.T, s *apiServer) {
+func testStatusAndColumns(t *testing.T, s *apiservertest.Server) {
 	code, b := create(t, s, managed("with-status"))
 	if code != http.StatusCreated {
 		t.Fatalf("create: %d %s", code, b)
@@ -351,7 +354,7 @@ func testStatusAndColumns(t *testing.T, s *apiServer) {
 	created := decodeProxy(t, b)
 
 	// Status written on the main resource is ignored.
-	b = s.must(t, http.StatusOK, http.MethodPatch, path, []byte(`{"status":{"phase":"Failed"}}`), mergePatch)
+	b = s.Must(t, http.StatusOK, http.MethodPatch, path, []byte(`{"status":{"phase":"Failed"}}`), mergePatch)
 	if got := decodeProxy(t, b).Status.Phase; got != "" {
 		t.Errorf("status via the main resource was kept: phase %q", got)
 	}
@@ -361,7 +364,7 @@ func testStatusAndColumns(t *testing.T, s *apiServer) {
 		`"conditions":[{"type":"Healthy","status":"True","reason":"ProbeSucceeded","message":"ok","lastTransitionTime":"2026-01-02T03:04:05Z"},` +
 		`{"type":"Provisioned","status":"True","reason":"Running","message":"","lastTransitionTime":"2026-01-02T03:04:05Z"}],` +
 		`"observedGeneration":1,"latencyMillis":42,"lastHealthCheckTime":"2026-01-02T03:04:05Z","unknownField":"pruned"}`
-	b = s.must(t, http.StatusOK, http.MethodPatch, path+"/status", []byte(`{"spec":{"maxLeases":77},"status":`+status+`}`), mergePatch)
+	b = s.Must(t, http.StatusOK, http.MethodPatch, path+"/status", []byte(`{"spec":{"maxLeases":77},"status":`+status+`}`), mergePatch)
 	got := decodeProxy(t, b)
 	if got.Status.Phase != v1.PhaseReady || got.Status.IP != "192.0.2.7" || got.Status.LatencyMillis != 42 || len(got.Status.Conditions) != 2 {
 		t.Errorf("status after /status write = %+v", got.Status)
@@ -375,7 +378,7 @@ func testStatusAndColumns(t *testing.T, s *apiServer) {
 	var raw struct {
 		Status map[string]any `json:"status"`
 	}
-	if err := json.Unmarshal(s.must(t, http.StatusOK, http.MethodGet, path, nil, ""), &raw); err != nil {
+	if err := json.Unmarshal(s.Must(t, http.StatusOK, http.MethodGet, path, nil, ""), &raw); err != nil {
 		t.Fatal(err)
 	}
 	if _, kept := raw.Status["unknownField"]; kept {
@@ -388,7 +391,7 @@ func testStatusAndColumns(t *testing.T, s *apiServer) {
 	}
 
 	// Printer columns, as kubectl get asks for them.
-	code, tb, err := s.doAccept(http.MethodGet, path, "application/json;as=Table;v=v1;g=meta.k8s.io")
+	code, tb, err := s.DoAccept(http.MethodGet, path, "application/json;as=Table;v=v1;g=meta.k8s.io")
 	if err != nil || code != http.StatusOK {
 		t.Fatalf("table: %d %v %s", code, err, tb)
 	}

@@ -1,6 +1,8 @@
-// Package crds holds the generated CRD YAML and samples; it is a Go package only for its tests,
-// which check the CRD against a real kube-apiserver (etcd + kube-apiserver from KUBEBUILDER_ASSETS).
-package crds
+// Package apiservertest owns a throwaway Kubernetes control plane for tests: etcd and
+// kube-apiserver from $KUBEBUILDER_ASSETS on free loopback ports, with certificates and a token
+// minted per run, and a plain net/http client for it. It knows nothing of this project's objects.
+// Tests that use it skip, saying why, when KUBEBUILDER_ASSETS is unset.
+package apiservertest
 
 import (
 	"bytes"
@@ -11,6 +13,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
@@ -39,16 +42,18 @@ const (
 	maxResponseBytes      = 8 << 20
 )
 
-// apiServer is a loopback etcd + kube-apiserver pair and an authenticated client for it.
-type apiServer struct {
+// Server is a loopback etcd + kube-apiserver pair and an authenticated client for it.
+type Server struct {
 	base   string // https://127.0.0.1:port
 	token  string
+	caPEM  []byte
+	dir    string
 	client *http.Client
 }
 
-// startAPIServer starts etcd and kube-apiserver from $KUBEBUILDER_ASSETS on free loopback ports,
+// Start starts etcd and kube-apiserver from $KUBEBUILDER_ASSETS on free loopback ports,
 // with throwaway certificates, and stops both when the test ends. It skips when the variable is unset.
-func startAPIServer(t *testing.T) *apiServer {
+func Start(t *testing.T) *Server {
 	t.Helper()
 	assets := os.Getenv("KUBEBUILDER_ASSETS")
 	if assets == "" {
@@ -110,16 +115,18 @@ func startAPIServer(t *testing.T) *apiServer {
 		"--profiling=false",
 		"--v=0",
 	)
-	s := &apiServer{
+	s := &Server{
 		base:  "https://127.0.0.1:" + strconv.Itoa(apiPort),
 		token: pki.token,
+		caPEM: pki.caPEM,
+		dir:   dir,
 		client: &http.Client{
 			Timeout:   requestTimeout,
 			Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pki.roots, MinVersion: tls.VersionTLS12}},
 		},
 	}
 	waitFor(t, dir, "kube-apiserver", apiExited, apiserverReadyTimeout, func() error {
-		code, body, err := s.do(http.MethodGet, "/readyz", nil, "")
+		code, body, err := s.Do(http.MethodGet, "/readyz", nil, "")
 		if err != nil {
 			return err
 		}
@@ -131,17 +138,17 @@ func startAPIServer(t *testing.T) *apiServer {
 	return s
 }
 
-// do sends one request; body is marshalled to JSON unless it is already []byte.
-func (s *apiServer) do(method, path string, body any, contentType string) (int, []byte, error) {
+// Do sends one request; body is marshalled to JSON unless it is already []byte.
+func (s *Server) Do(method, path string, body any, contentType string) (int, []byte, error) {
 	return s.send(method, path, body, contentType, "application/json")
 }
 
-// doAccept is a bodiless request with a chosen Accept header (server-side printing needs the Table type).
-func (s *apiServer) doAccept(method, path, accept string) (int, []byte, error) {
+// DoAccept is a bodiless request with a chosen Accept header (server-side printing needs the Table type).
+func (s *Server) DoAccept(method, path, accept string) (int, []byte, error) {
 	return s.send(method, path, nil, "", accept)
 }
 
-func (s *apiServer) send(method, path string, body any, contentType, accept string) (int, []byte, error) {
+func (s *Server) send(method, path string, body any, contentType, accept string) (int, []byte, error) {
 	var rd io.Reader
 	if body != nil {
 		b, ok := body.([]byte)
@@ -176,10 +183,10 @@ func (s *apiServer) send(method, path string, body any, contentType, accept stri
 	return resp.StatusCode, b, err
 }
 
-// must sends a request and fails the test unless the answer has the wanted status code.
-func (s *apiServer) must(t *testing.T, want int, method, path string, body any, contentType string) []byte {
+// Must sends a request and fails the test unless the answer has the wanted status code.
+func (s *Server) Must(t *testing.T, want int, method, path string, body any, contentType string) []byte {
 	t.Helper()
-	code, b, err := s.do(method, path, body, contentType)
+	code, b, err := s.Do(method, path, body, contentType)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
 	}
@@ -192,6 +199,7 @@ func (s *apiServer) must(t *testing.T, want int, method, path string, body any, 
 type pkiFiles struct {
 	serverCert, serverKey, saKey, saPub, tokens string
 	token                                       string
+	caPEM                                       []byte
 	roots                                       *x509.CertPool
 }
 
@@ -277,6 +285,7 @@ func writePKI(t *testing.T, dir string) pkiFiles {
 		saPub:      writePEM("sa.pub", "PUBLIC KEY", saPub),
 		tokens:     tokens,
 		token:      token,
+		caPEM:      pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
 		roots:      roots,
 	}
 }
@@ -365,14 +374,15 @@ func tail(path string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// apiStatus is the body of a failed API call.
-type apiStatus struct {
+// Status is the body of a failed API call.
+type Status struct {
 	Message string `json:"message"`
 	Reason  string `json:"reason"`
 }
 
-func decodeStatus(b []byte) (apiStatus, error) {
-	var s apiStatus
+// DecodeStatus reads the message of a failed API call.
+func DecodeStatus(b []byte) (Status, error) {
+	var s Status
 	if err := json.Unmarshal(b, &s); err != nil {
 		return s, err
 	}
@@ -380,4 +390,31 @@ func decodeStatus(b []byte) (apiStatus, error) {
 		return s, errors.New("no message in error body")
 	}
 	return s, nil
+}
+
+// Kubeconfig writes a kubeconfig for this server (token auth, its CA) and returns its path, for
+// tests that drive kubectl.
+func (s *Server) Kubeconfig(t *testing.T) string {
+	t.Helper()
+	cfg := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: test
+  cluster:
+    server: %s
+    certificate-authority-data: %s
+users:
+- name: admin
+  user:
+    token: %s
+contexts:
+- name: test
+  context: {cluster: test, user: admin}
+current-context: test
+`, s.base, base64.StdEncoding.EncodeToString(s.caPEM), s.token)
+	p := filepath.Join(s.dir, "kubeconfig")
+	if err := os.WriteFile(p, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

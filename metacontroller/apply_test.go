@@ -1,0 +1,76 @@
+package metacontroller_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/CHANGEME/proxy-operator/internal/apiservertest"
+)
+
+// TestKustomizationAppliesToAPIServer applies the rendered install to a real kube-apiserver, so
+// the server's own validation (names, ports, selectors, RBAC, the CRD) judges every object.
+// The CompositeController is left out: its CRD is Metacontroller's, installed from its release.
+func TestKustomizationAppliesToAPIServer(t *testing.T) {
+	bin := kubectl(t)
+	s := apiservertest.Start(t)
+	kubeconfig := s.Kubeconfig(t)
+
+	ctx, cancel := context.WithTimeout(context.Background(), renderTimeout)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "kustomize", ".").Output()
+	if err != nil {
+		t.Fatalf("kubectl kustomize: %v", err)
+	}
+	var kept []string
+	skipped := 0
+	for _, doc := range strings.Split(string(out), "\n---\n") {
+		if strings.Contains(doc, "\nkind: CompositeController\n") || strings.HasPrefix(doc, "kind: CompositeController\n") {
+			skipped++
+			continue
+		}
+		kept = append(kept, doc)
+	}
+	if skipped != 1 {
+		t.Fatalf("found %d CompositeControllers in the render, want 1", skipped)
+	}
+
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, bin, "--kubeconfig", kubeconfig, "apply", "-f", "-")
+	cmd.Stdin = strings.NewReader(strings.Join(kept, "\n---\n"))
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("kubectl apply: %v\n%s%s", err, stdout.String(), stderr.String())
+	}
+	t.Logf("kubectl apply:\n%s", stdout.String())
+	if got := strings.Count(stdout.String(), " created"); got != len(kept) {
+		t.Errorf("%d objects created, want %d", got, len(kept))
+	}
+
+	// The Deployment as stored: the server kept our hardening and the image.
+	b := s.Must(t, http.StatusOK, http.MethodGet, "/apis/apps/v1/namespaces/"+namespace+"/deployments/"+deployment, nil, "")
+	var dep struct {
+		Spec struct {
+			Template struct {
+				Spec struct {
+					Containers []struct {
+						Image           string `json:"image"`
+						SecurityContext struct {
+							ReadOnlyRootFilesystem bool `json:"readOnlyRootFilesystem"`
+						} `json:"securityContext"`
+					} `json:"containers"`
+				} `json:"spec"`
+			} `json:"template"`
+		} `json:"spec"`
+	}
+	if err := json.Unmarshal(b, &dep); err != nil {
+		t.Fatal(err)
+	}
+	if cs := dep.Spec.Template.Spec.Containers; len(cs) != 1 || cs[0].Image != "proxy-operator:dev" || !cs[0].SecurityContext.ReadOnlyRootFilesystem {
+		t.Errorf("stored deployment containers = %+v", cs)
+	}
+}
