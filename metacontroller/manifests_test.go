@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
 
+	"github.com/CHANGEME/proxy-operator/providers/factory"
 	"github.com/CHANGEME/proxy-operator/server"
 )
 
@@ -492,6 +493,10 @@ func TestWiringAgrees(t *testing.T) {
 		}
 		if diff := cmp.Diff([]string{"kubernetes:kubernetes", "mock:mock"}, got); diff != "" {
 			t.Errorf("providers (-want +got):\n%s", diff)
+		}
+		// The process's own parser must accept it, or the Pod crash-loops at start.
+		if _, err := factory.Parse([]byte(body)); err != nil {
+			t.Errorf("the operator rejects the shipped providers config: %v", err)
 		}
 	})
 
