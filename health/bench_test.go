@@ -211,8 +211,9 @@ func BenchmarkProbeScheduler(b *testing.B) {
 			b.Fatal(err)
 		}
 		var (
-			offsets  []time.Duration // each proxy's first slot after start
+			firsts   []time.Time // each proxy's first slot
 			lateness []time.Duration // of probes whose slot fell in the window
+			latency  []time.Duration
 			done     int
 			failed   int
 			kinds    = map[string]int{}
@@ -221,7 +222,8 @@ func BenchmarkProbeScheduler(b *testing.B) {
 		jitter := s.jitter
 		s.jitter = func(d time.Duration) time.Duration {
 			j := jitter(d)
-			offsets = append(offsets, j)
+			// The loop adds j to its clock read just before this call.
+			firsts = append(firsts, time.Now().Add(j))
 			return j
 		}
 		s.onResult = func(_ string, due, started time.Time, r Result) {
@@ -230,6 +232,7 @@ func BenchmarkProbeScheduler(b *testing.B) {
 			}
 			done++
 			lateness = append(lateness, started.Sub(due))
+			latency = append(latency, r.Latency)
 			if !r.OK {
 				failed++
 				kinds[r.Kind]++
@@ -272,24 +275,26 @@ func BenchmarkProbeScheduler(b *testing.B) {
 		sampler.Wait()
 
 		due := 0
-		for _, o := range offsets {
-			if o < window {
+		for _, f := range firsts {
+			if o := f.Sub(start); o < window {
 				due += int((window-o-1)/interval) + 1
 			}
 		}
 		slices.Sort(lateness)
+		slices.Sort(latency)
 		p99 := lateness[min(len(lateness)-1, len(lateness)*99/100)]
 		b.ReportMetric(float64(done)/float64(due), "done/due")
 		b.ReportMetric(float64(p99.Microseconds())/1000, "p99-late-ms")
+		b.ReportMetric(float64(latency[len(latency)*99/100].Microseconds())/1000, "p99-probe-ms")
 		b.ReportMetric(cpu/float64(done)*1000, "cpu-s/1k-probes")
 		b.ReportMetric(bareCPU, "bare-cpu-s/1k-probes")
 		b.ReportMetric(cpu/float64(done)*1000/bareCPU, "cpu-vs-bare")
 		b.ReportMetric(float64(peakG.Load()), "peak-goroutines")
 		b.ReportMetric(peakRSSMB(), "peak-rss-MB")
 		b.ReportMetric(0, "ns/op")
-		b.Logf("window %v: %d proxies at %v, %d workers: done %d / due %d, failed %d %v; p50 late %v, p99 late %v; "+
+		b.Logf("window %v: %d proxies at %v, %d workers: done %d / due %d, failed %d %v; p50 late %v, p99 late %v; p50 probe %v, p99 probe %v; "+
 			"cpu %.1fs (%.3f s/1k probes; bare %.3f s/1k over %d probes, %d failed); goroutines base %d peak %d; peak RSS %.0f MB",
-			window, fleetSize, interval, workers, done, due, failed, kinds, lateness[len(lateness)/2], p99,
+			window, fleetSize, interval, workers, done, due, failed, kinds, lateness[len(lateness)/2], p99, latency[len(latency)/2], latency[len(latency)*99/100],
 			cpu, cpu/float64(done)*1000, bareCPU, bareProbes.Load(), bareFails.Load(), baseGoroutines, peakG.Load(), peakRSSMB())
 	}
 }
