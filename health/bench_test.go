@@ -211,7 +211,7 @@ func BenchmarkProbeScheduler(b *testing.B) {
 			b.Fatal(err)
 		}
 		var (
-			firsts   []time.Time // each proxy's first slot
+			firsts   []time.Time     // each proxy's first slot
 			lateness []time.Duration // of probes whose slot fell in the window
 			latency  []time.Duration
 			done     int
