@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/CHANGEME/proxy-operator/lifecycle"
@@ -130,12 +131,19 @@ func Load(dir string) (Case, error) {
 	return c, nil
 }
 
-// LoadAll loads every fixture under root/<hook>/<case>, sorted by path.
+// LoadAll loads every fixture under root/<hook>/<case> for the sync, finalize and customize
+// hooks, sorted by path.
+// Other folders under root (other tests' fixtures) are left alone.
 func LoadAll(root string) ([]Case, error) {
-	dirs, err := filepath.Glob(filepath.Join(root, "*", "*", RequestFile))
-	if err != nil {
-		return nil, err
+	var dirs []string
+	for _, hook := range []string{"sync", "finalize", "customize"} {
+		d, err := filepath.Glob(filepath.Join(root, hook, "*", RequestFile))
+		if err != nil {
+			return nil, err
+		}
+		dirs = append(dirs, d...)
 	}
+	slices.Sort(dirs)
 	out := make([]Case, 0, len(dirs))
 	for _, f := range dirs {
 		c, err := Load(filepath.Dir(f))
