@@ -102,7 +102,11 @@ type recorder struct {
 	ex []server.Exchange
 }
 
-func (r *recorder) Record(e server.Exchange) { r.mu.Lock(); defer r.mu.Unlock(); r.ex = append(r.ex, e) }
+func (r *recorder) Record(e server.Exchange) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ex = append(r.ex, e)
+}
 
 func TestRecorderSeesEveryAnsweredCall(t *testing.T) {
 	h := newHooks(t, newMock(t))
