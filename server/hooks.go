@@ -283,7 +283,9 @@ func (h *Hooks) sync(ctx context.Context, hook string, body []byte, ex *Exchange
 	log := h.Log.With("proxy", key, "hook", hook)
 
 	var entry providers.Entry
-	if p.Spec.Mode == v1.ModeManaged && in.SpecErr == nil {
+	// A spec that turned invalid after its instance was made must still let the Proxy be
+	// deleted: finalize looks the provider up whatever the spec says.
+	if p.Spec.Mode == v1.ModeManaged && p.Spec.Provider != "" && (in.SpecErr == nil || finalizing) {
 		entry, in.ProviderKnown = h.Providers.Lookup(p.Spec.Provider)
 		if !finalizing {
 			in.CloudInit, in.CloudInitErr = resolveCloudInit(p, req.Related)
