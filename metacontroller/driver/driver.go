@@ -103,7 +103,8 @@ type Driver struct {
 	// finalized, as Metacontroller may; anything but 200 and finalized is then an error.
 	Refinalize bool
 	// BeforeApply sees every 200 answer before it is applied; returning false drops it, as
-	// if Metacontroller died before writing: the parent is retried with backoff.
+	// if the answer was lost before the status write: the parent is retried with backoff.
+	// It may call the driver's read methods and change URL (to a restarted server).
 	BeforeApply func(key string, resp *metacontroller.SyncResponse) bool
 
 	mu     sync.Mutex
@@ -418,6 +419,10 @@ func (d *Driver) sync(key string) error {
 		hook = "finalize"
 	}
 	resp, retryAfter, err := d.call(hook, req)
+	// Called without the lock, so it may read the driver (Status, Get) or repoint URL.
+	if err == nil && d.BeforeApply != nil && !d.BeforeApply(key, resp) {
+		err = errors.New("answer dropped before it was applied")
+	}
 	now := d.Clock.Now()
 
 	d.mu.Lock()
@@ -425,9 +430,6 @@ func (d *Driver) sync(key string) error {
 	o, ok = d.objs[key]
 	if !ok {
 		return nil
-	}
-	if err == nil && d.BeforeApply != nil && !d.BeforeApply(key, resp) {
-		err = errors.New("answer dropped before it was applied")
 	}
 	if err != nil {
 		reason := "SyncError"

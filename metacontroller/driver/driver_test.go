@@ -14,6 +14,7 @@ import (
 	v1 "github.com/CHANGEME/proxy-operator/api/v1alpha1"
 	"github.com/CHANGEME/proxy-operator/fleet"
 	"github.com/CHANGEME/proxy-operator/lifecycle"
+	"github.com/CHANGEME/proxy-operator/metacontroller"
 	"github.com/CHANGEME/proxy-operator/metacontroller/driver"
 	"github.com/CHANGEME/proxy-operator/providers"
 	"github.com/CHANGEME/proxy-operator/providers/mock"
@@ -420,5 +421,47 @@ func TestTransientBacksOff(t *testing.T) {
 	}
 	if w := e.d.Writes(); w > 6 {
 		t.Errorf("%d status writes for 3 failures and a create, want at most 6", w)
+	}
+}
+
+// TestRestartBetweenCreateAndStatusWrite is the shape of a crash-safety schedule: the server
+// creates the instance, dies before Metacontroller writes the status, and a new server with
+// empty memory takes over. The Proxy still ends Ready with exactly one instance.
+func TestRestartBetweenCreateAndStatusWrite(t *testing.T) {
+	e := newEnv(t)
+	p := managed("edge-1", "local-a")
+	e.health.set(p.Key(), lifecycle.HealthHealthy, start)
+	dropped := 0
+	e.d.BeforeApply = func(key string, resp *metacontroller.SyncResponse) bool {
+		b, _ := json.Marshal(resp.Status)
+		var st v1.ProxyStatus
+		_ = json.Unmarshal(b, &st)
+		if live, _ := e.d.Status(key); st.ProviderID != "" && live.ProviderID == "" && dropped == 0 {
+			dropped++
+			// The old server is gone; a fresh one (new memory, same cloud) answers from now on.
+			h := &server.Hooks{
+				Providers: providers.NewSet(providers.Entry{Name: "mock", Type: "mock", Provider: e.mock}),
+				Fleet:     fleet.New(e.d.Clock.Now, time.Minute),
+				Health:    e.health,
+				Now:       e.d.Clock.Now,
+			}
+			srv := httptest.NewServer(h.Handler())
+			t.Cleanup(srv.Close)
+			e.d.URL = srv.URL
+			return false
+		}
+		return true
+	}
+	if err := e.d.Apply(p); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.d.RunUntil(e.ready(p.Key()), 5*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if dropped != 1 {
+		t.Fatalf("dropped %d answers, want 1", dropped)
+	}
+	if n := len(e.mock.Instances()); n != 1 {
+		t.Errorf("%d instances after the restart, want 1", n)
 	}
 }
