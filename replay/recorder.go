@@ -45,6 +45,11 @@ func NewRecorder(dir string, log *slog.Logger) (*Recorder, error) {
 
 // Record implements server.Recorder. Failures are logged: capture never fails a hook call.
 func (r *Recorder) Record(ex server.Exchange) {
+	if len(ex.Request) == 0 {
+		// Nothing to replay: the body was empty or was refused before it was read (413).
+		r.Log.Debug("hook call not captured: no request body", "hook", ex.Hook, "code", ex.Code)
+		return
+	}
 	r.mu.Lock()
 	r.seq++
 	seq := r.seq

@@ -284,6 +284,14 @@ func (p *Provider) Get(ctx context.Context, id string) (_ *providers.Instance, e
 
 // Delete removes the instance; a missing one is not an error.
 func (p *Provider) Delete(ctx context.Context, id string) (err error) {
+	// The forward proxy is stopped after the lock is released: its graceful shutdown may
+	// wait up to a second, and every other call of every hook would wait with it.
+	var stop func()
+	defer func() {
+		if stop != nil {
+			stop()
+		}
+	}()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	defer func() { p.record("delete", id, err) }()
@@ -294,9 +302,7 @@ func (p *Provider) Delete(ctx context.Context, id string) (err error) {
 		return err
 	}
 	if r, ok := p.instances[id]; ok {
-		if r.stopProxy != nil {
-			r.stopProxy()
-		}
+		stop = r.stopProxy
 		delete(p.instances, id)
 	}
 	return nil
