@@ -213,11 +213,13 @@ func TestSchedulerBoundsConcurrencyAndSpreadsFirstProbes(t *testing.T) {
 	}
 	g := &gate{release: make(chan struct{})}
 	var mu sync.Mutex
-	var starts []time.Time
+	firsts := map[string]time.Time{} // the start of each proxy's first probe
 	s := startScheduler(t, view, g, nil, func(s *Scheduler) {
-		s.onResult = func(_ string, _, start time.Time, _ Result) {
+		s.onResult = func(key string, _, start time.Time, _ Result) {
 			mu.Lock()
-			starts = append(starts, start)
+			if _, ok := firsts[key]; !ok {
+				firsts[key] = start
+			}
 			mu.Unlock()
 		}
 	})
@@ -226,36 +228,51 @@ func TestSchedulerBoundsConcurrencyAndSpreadsFirstProbes(t *testing.T) {
 	if got, want := g.running.Load(), int64(s.workers); got != want {
 		t.Errorf("probes running with all held: got %d, want the pool size %d", got, want)
 	}
+	released := time.Now()
 	close(g.release)
-	time.Sleep(12 * testUnit)
+	time.Sleep(8 * testUnit)
 	if got := g.maxSeen.Load(); got > int64(s.workers) {
 		t.Errorf("peak concurrent probes %d, want at most %d", got, s.workers)
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(starts) < n {
-		t.Fatalf("first probes done: %d, want %d", len(starts), n)
+	if len(firsts) < n {
+		t.Fatalf("proxies probed: %d, want %d", len(firsts), n)
 	}
 	// Jitter spreads first probes over the 1 s interval rather than firing them at once.
-	first, last := starts[0], starts[0]
-	for _, st := range starts[4:n] { // the first 4 were held together by the gate
-		first, last = minTime(first, st), maxTime(last, st)
+	// Those due while the pool was held start together at the release: leave them out.
+	var first, last time.Time
+	for _, st := range firsts {
+		if st.Sub(released) < testUnit/2 {
+			continue
+		}
+		if first.IsZero() || st.Before(first) {
+			first = st
+		}
+		if st.After(last) {
+			last = st
+		}
 	}
 	if spread := last.Sub(first); spread < 3*testUnit {
 		t.Errorf("first probes spread over %v, want most of the %v interval", spread, 10*testUnit)
 	}
 }
 
-func minTime(a, b time.Time) time.Time {
-	if a.Before(b) {
-		return a
-	}
-	return b
-}
+func TestSchedulerNewAddressStartsAfresh(t *testing.T) {
+	target := newTLSTarget(t)
+	proxy := newStubProxy(t)
+	view := fleet.New(time.Now, 0)
+	p := proxyAt(t, "ns/p", proxy.addr(), target.url(), 2, 2, 2, 1)
+	view.Upsert(p)
+	s := startScheduler(t, view, NewHTTPProber(trusting(target)), nil)
+	waitHealth(t, s, "ns/p", lifecycle.HealthHealthy)
 
-func maxTime(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
+	// A replaced machine: same name, new address. The old verdict says nothing about it.
+	moved := proxyAt(t, "ns/p", blackHole(t), target.url(), 2, 2, 2, 1)
+	moved.Recorded = lifecycle.Health{State: lifecycle.HealthHealthy, Since: time.Now()}
+	view.Upsert(moved)
+	waitHealth(t, s, "ns/p", lifecycle.HealthUnknown)
+	if h := waitHealth(t, s, "ns/p", lifecycle.HealthUnhealthy); h.Reason != KindTimeout {
+		t.Errorf("reason: got %q, want %q", h.Reason, KindTimeout)
 	}
-	return b
 }
