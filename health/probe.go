@@ -1,12 +1,13 @@
 // Package health owns the prober: it probes every proxy in the fleet view through the proxy
 // itself, on a schedule, and turns results into a verdict per proxy by thresholds. It knows
-// nothing of status, Metacontroller or how the fleet view is filled.
+// nothing of how status is written or how the fleet view is filled.
 package health
 
 import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -37,6 +38,8 @@ const (
 // errConnect marks a CONNECT the proxy did not answer with 2xx; the transport's own error
 // for that is only the status text.
 var errConnect = errors.New("proxy did not open the tunnel")
+
+var errNoProxy = errors.New("health: probe without a proxy address")
 
 // Target is one probe to make.
 type Target struct {
@@ -90,9 +93,13 @@ func NewHTTPProber(tlsConfig *tls.Config) *HTTPProber {
 	}
 	tr := &http.Transport{
 		// One transport for every proxy: the proxy of each request travels in its context.
+		// Without one the request fails rather than going direct, which would vouch for a
+		// proxy it never touched.
 		Proxy: func(r *http.Request) (*url.URL, error) {
-			u, _ := r.Context().Value(proxyKey{}).(*url.URL)
-			return u, nil
+			if u, ok := r.Context().Value(proxyKey{}).(*url.URL); ok {
+				return u, nil
+			}
+			return nil, errNoProxy
 		},
 		OnProxyConnectResponse: func(_ context.Context, _ *url.URL, _ *http.Request, res *http.Response) error {
 			if res.StatusCode/100 != 2 {
@@ -120,6 +127,9 @@ func (e *connectError) Unwrap() error { return errConnect }
 // Probe makes one GET of t.URL through t.Proxy within t.Timeout.
 func (p *HTTPProber) Probe(ctx context.Context, t Target) Result {
 	start := time.Now()
+	if _, _, err := net.SplitHostPort(t.Proxy); err != nil {
+		return Result{Kind: KindBadURL, Err: fmt.Errorf("%w: %q: %w", errNoProxy, t.Proxy, err)}
+	}
 	proxyURL := &url.URL{Scheme: "http", Host: t.Proxy}
 	ctx = context.WithValue(ctx, proxyKey{}, proxyURL)
 	if t.Timeout > 0 {

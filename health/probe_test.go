@@ -40,6 +40,7 @@ func TestHTTPProber(t *testing.T) {
 		{"proxy denies CONNECT", deniedProxy.addr(), target.url(), http.StatusNoContent, outcome{Kind: KindConnectDenied}},
 		{"proxy port closed", gone, target.url(), http.StatusNoContent, outcome{Kind: KindRefused}},
 		{"proxy accepts and never answers", hole, target.url(), http.StatusNoContent, outcome{Kind: KindTimeout}},
+		{"no proxy address", "", target.url(), http.StatusNoContent, outcome{Kind: KindBadURL}},
 		{"untrusted target certificate", proxy.addr(), untrustedTarget(t), http.StatusNoContent, outcome{Kind: KindTLS}},
 	}
 	for _, tc := range tests {
