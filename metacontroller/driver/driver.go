@@ -253,6 +253,34 @@ func (d *Driver) Children(key string) metacontroller.RelativeObjects {
 	return out
 }
 
+// UpdateChild changes a live child as a kubelet or another controller would (say, to set a
+// Pod's status.podIP) and queues its parent, as a child event does in Metacontroller.
+// typeKey is "<Kind>.<apiVersion>", childKey "namespace/name".
+func (d *Driver) UpdateChild(parentKey, typeKey, childKey string, mutate func(obj map[string]any)) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	o, ok := d.objs[parentKey]
+	if !ok {
+		return fmt.Errorf("driver: update child of %s: parent not found", parentKey)
+	}
+	raw, ok := o.children[typeKey][childKey]
+	if !ok {
+		return fmt.Errorf("driver: update child %s %s of %s: not found", typeKey, childKey, parentKey)
+	}
+	var obj map[string]any
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		return err
+	}
+	mutate(obj)
+	b, err := json.Marshal(obj)
+	if err != nil {
+		return err
+	}
+	o.children[typeKey][childKey] = b
+	d.enqueue(o, d.Clock.Now())
+	return nil
+}
+
 // NextSync is when the parent is next due to be synced.
 func (d *Driver) NextSync(key string) (time.Time, bool) {
 	d.mu.Lock()

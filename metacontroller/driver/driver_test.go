@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -463,5 +464,83 @@ func TestRestartBetweenCreateAndStatusWrite(t *testing.T) {
 	}
 	if n := len(e.mock.Instances()); n != 1 {
 		t.Errorf("%d instances after the restart, want 1", n)
+	}
+}
+
+// TestChildrenFollowTheAnswer: returned children are created with the selector label, kept
+// with their observed state, deleted when an answer leaves them out, and a child update
+// re-syncs the parent.
+func TestChildrenFollowTheAnswer(t *testing.T) {
+	clock := driver.NewClock(start)
+	var mu sync.Mutex
+	want := []string{"a", "b"}
+	var seen []map[string]any
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		var req struct {
+			Children map[string]map[string]map[string]any `json:"children"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		seen = append(seen, req.Children["Pod.v1"]["crawl/a"])
+		var children []map[string]any
+		for _, n := range want {
+			children = append(children, map[string]any{"apiVersion": "v1", "kind": "Pod", "metadata": map[string]any{"name": n}})
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"status": map[string]any{"phase": "Pending"}, "children": children})
+	}))
+	t.Cleanup(srv.Close)
+	d := &driver.Driver{URL: srv.URL, Clock: clock}
+	p := external("ext-1")
+	if err := d.Apply(p); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.RunUntilIdle(); err != nil {
+		t.Fatal(err)
+	}
+	names := func() []string {
+		var out []string
+		for k, raw := range d.Children(p.Key())["Pod.v1"] {
+			var o struct {
+				Metadata struct {
+					Labels map[string]string `json:"labels"`
+				} `json:"metadata"`
+			}
+			_ = json.Unmarshal(raw, &o)
+			live, _ := d.Get(p.Key())
+			if o.Metadata.Labels["controller-uid"] != string(live.UID) {
+				t.Errorf("child %s lacks controller-uid=%s", k, live.UID)
+			}
+			out = append(out, k)
+		}
+		slices.Sort(out)
+		return out
+	}
+	if diff := cmp.Diff([]string{"crawl/a", "crawl/b"}, names()); diff != "" {
+		t.Fatalf("children (-want +got):\n%s", diff)
+	}
+	syncs := d.Syncs()
+	if err := d.UpdateChild(p.Key(), "Pod.v1", "crawl/a", func(o map[string]any) {
+		o["status"] = map[string]any{"podIP": "127.0.0.9"}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	want = []string{"a"}
+	mu.Unlock()
+	if err := d.RunUntilIdle(); err != nil {
+		t.Fatal(err)
+	}
+	if d.Syncs() != syncs+1 {
+		t.Errorf("child update caused %d syncs, want 1", d.Syncs()-syncs)
+	}
+	mu.Lock()
+	last := seen[len(seen)-1]
+	mu.Unlock()
+	if st, _ := last["status"].(map[string]any); st["podIP"] != "127.0.0.9" {
+		t.Errorf("hook saw child %v, want its status.podIP", last)
+	}
+	if diff := cmp.Diff([]string{"crawl/a"}, names()); diff != "" {
+		t.Errorf("children after b left the answer (-want +got):\n%s", diff)
 	}
 }
