@@ -145,7 +145,7 @@ func (a *apiServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}{Kind: "ProxyList", Metadata: map[string]string{}, Items: []item{}}
 	to := min(from+2, len(a.uids))
 	for _, u := range a.uids[from:to] {
-		l.Items = append(l.Items, item{Metadata: map[string]string{"namespace": "crawl", "name": "p-" + u[:4], "uid": u}})
+		l.Items = append(l.Items, item{Metadata: map[string]string{"namespace": "crawl", "name": "p-" + u, "uid": u}})
 	}
 	if to < len(a.uids) {
 		l.Metadata["continue"] = strings.Repeat("x", to)
