@@ -1,0 +1,407 @@
+// Package gcp owns the Compute Engine provider: a Managed proxy is one VM with an ephemeral
+// external IP, created, read, deleted and listed through the Compute REST API with the Cloud
+// Client Library and Application Default Credentials. It maps the API's answers onto the
+// providers contract and its error taxonomy; it knows nothing of Proxies, Metacontroller or
+// when to retry.
+package gcp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	compute "cloud.google.com/go/compute/apiv1"
+	"cloud.google.com/go/compute/apiv1/computepb"
+	"github.com/googleapis/gax-go/v2"
+	"google.golang.org/api/iterator"
+	"google.golang.org/api/option"
+
+	"github.com/CHANGEME/proxy-operator/providers"
+)
+
+// Defaults for Config fields left empty.
+const (
+	DefaultNetwork        = "global/networks/default"
+	DefaultNetworkTag     = "proxy-operator"
+	DefaultRequestTimeout = 30 * time.Second
+	// accessConfigName is the name the console and gcloud give the ephemeral external IP.
+	accessConfigName = "External NAT"
+	// userDataKey is the metadata key cloud-init reads on Compute Engine images.
+	userDataKey = "user-data"
+	// idScheme prefixes every provider ID, so an ID from another provider fails to parse.
+	idScheme = "gcp://"
+	// cloudPlatformScope is the only scope an attached service account gets; its IAM roles
+	// decide what the VM may do.
+	cloudPlatformScope = "https://www.googleapis.com/auth/cloud-platform"
+)
+
+// Config is the gcp entry of the providers config.
+type Config struct {
+	// Project is the project VMs are created in and listed from. Required.
+	Project string `json:"project"`
+	// Network is the VPC network of the VM's interface (default global/networks/default).
+	Network string `json:"network,omitempty"`
+	// Subnetwork, when set, is the interface's subnetwork (regions/<region>/subnetworks/<name>);
+	// required on custom-mode networks.
+	Subnetwork string `json:"subnetwork,omitempty"`
+	// NetworkTag is the network tag every VM carries, for the firewall rule that opens the
+	// proxy port (default proxy-operator).
+	NetworkTag string `json:"networkTag,omitempty"`
+	// ServiceAccount, when set, is the email of the service account attached to every VM;
+	// the operator's identity then needs roles/iam.serviceAccountUser on it. Unset attaches none.
+	ServiceAccount string `json:"serviceAccount,omitempty"`
+	// DiskSizeGb is the boot disk size; 0 takes the image's size.
+	DiskSizeGb int64 `json:"diskSizeGb,omitempty"`
+	// RequestTimeout bounds each API call, under the caller's own deadline (default 30s).
+	RequestTimeout Duration `json:"requestTimeout,omitempty"`
+}
+
+// Duration is a time.Duration that reads "30s" from YAML/JSON.
+type Duration time.Duration
+
+// UnmarshalJSON accepts a Go duration string.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("duration must be a string like \"30s\": %w", err)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("bad duration %q: %w", s, err)
+	}
+	if v < 0 {
+		return fmt.Errorf("duration %q must not be negative", s)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalJSON writes the duration back as a Go duration string.
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return json.Marshal(time.Duration(d).String())
+}
+
+var (
+	// projectRE accepts project IDs, including the legacy domain-scoped "example.com:name".
+	projectRE = regexp.MustCompile(`^([a-z0-9.-]+:)?[a-z][-a-z0-9]{4,28}[a-z0-9]$`)
+	// nameRE is a Compute Engine resource name (RFC 1035 label): zones, instances, tags.
+	nameRE = regexp.MustCompile(`^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$`)
+	// labelValueRE is what Compute Engine accepts as a label value.
+	labelValueRE = regexp.MustCompile(`^[a-z0-9_-]{0,63}$`)
+)
+
+// Validate names the field that is missing or malformed.
+func (c Config) Validate() error {
+	switch {
+	case c.Project == "":
+		return errors.New("gcp: project is required")
+	case !projectRE.MatchString(c.Project):
+		return fmt.Errorf("gcp: project %q is not a project ID", c.Project)
+	case c.NetworkTag != "" && !nameRE.MatchString(c.NetworkTag):
+		return fmt.Errorf("gcp: networkTag %q must be lowercase letters, digits and '-', at most 63", c.NetworkTag)
+	case c.DiskSizeGb < 0:
+		return fmt.Errorf("gcp: diskSizeGb %d must not be negative", c.DiskSizeGb)
+	case c.ServiceAccount != "" && !strings.Contains(c.ServiceAccount, "@"):
+		return fmt.Errorf("gcp: serviceAccount %q must be a service account email", c.ServiceAccount)
+	}
+	return nil
+}
+
+// Provider creates proxies as Compute Engine VMs.
+type Provider struct {
+	cfg     Config
+	timeout time.Duration
+	client  *compute.InstancesClient
+	// noRetry turns off the client library's own retries: the sync core owns retrying (with
+	// backoff across syncs), and a retry loop inside one call would spend the hook's deadline.
+	noRetry gax.CallOption
+}
+
+var _ providers.Provider = (*Provider)(nil)
+
+// New validates cfg and builds the REST client. Credentials are Application Default
+// Credentials unless opts say otherwise (tests point the client at a local stand-in with
+// option.WithEndpoint and option.WithoutAuthentication). ctx is used only while building.
+func New(ctx context.Context, cfg Config, opts ...option.ClientOption) (*Provider, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Network == "" {
+		cfg.Network = DefaultNetwork
+	}
+	if cfg.NetworkTag == "" {
+		cfg.NetworkTag = DefaultNetworkTag
+	}
+	timeout := time.Duration(cfg.RequestTimeout)
+	if timeout <= 0 {
+		timeout = DefaultRequestTimeout
+	}
+	client, err := compute.NewInstancesRESTClient(ctx, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("gcp: instances client (Application Default Credentials: workload identity in a cluster, `gcloud auth application-default login` on a workstation): %w", err)
+	}
+	return &Provider{
+		cfg:     cfg,
+		timeout: timeout,
+		client:  client,
+		noRetry: gax.WithRetry(func() gax.Retryer { return nil }),
+	}, nil
+}
+
+// Close releases the client's connections.
+func (p *Provider) Close() error { return p.client.Close() }
+
+// Create submits an instances.insert and returns without waiting for the operation. A name
+// that already exists (409) is the instance an earlier Create made, and its ID is returned.
+func (p *Provider) Create(ctx context.Context, req providers.CreateRequest) (string, error) {
+	const op = "gcp insert"
+	inst, err := p.instance(req)
+	if err != nil {
+		return "", providers.Wrap(providers.ErrPermanent, op, err)
+	}
+	id := FormatID(p.cfg.Project, req.Zone, req.Name)
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	o, err := p.client.Insert(ctx, &computepb.InsertInstanceRequest{
+		Project:          p.cfg.Project,
+		Zone:             req.Zone,
+		InstanceResource: inst,
+	}, p.noRetry)
+	if err != nil {
+		if httpCode(err) == 409 {
+			return id, nil
+		}
+		// A 404 here is the zone, image, network or machine type, never the instance: the
+		// spec names something that does not exist.
+		return "", providers.Wrap(notFoundAs(classify(err), providers.ErrPermanent), op, err)
+	}
+	if err := operationError(o.Proto()); err != nil {
+		if errors.Is(err, errAlreadyExists) {
+			return id, nil
+		}
+		return "", providers.Wrap(operationClass(o.Proto()), op, err)
+	}
+	return id, nil
+}
+
+// instance builds the insert body, or says which required field is missing or malformed.
+func (p *Provider) instance(req providers.CreateRequest) (*computepb.Instance, error) {
+	for _, f := range []struct{ name, value string }{
+		{"placement.zone", req.Zone},
+		{"placement.machineType", req.MachineType},
+		{"placement.image", req.Image},
+	} {
+		if f.value == "" {
+			return nil, fmt.Errorf("%s is required for a Managed gcp proxy", f.name)
+		}
+	}
+	if !nameRE.MatchString(req.Zone) {
+		return nil, fmt.Errorf("placement.zone %q is not a zone name (e.g. europe-west1-b)", req.Zone)
+	}
+	if !nameRE.MatchString(req.Name) {
+		return nil, fmt.Errorf("instance name %q is not a Compute Engine name", req.Name)
+	}
+	labels := req.Tags()
+	for k, v := range labels {
+		if !labelValueRE.MatchString(v) {
+			return nil, fmt.Errorf("label %s=%q is not a Compute Engine label value (lowercase letters, digits, '_' and '-', at most 63)", k, v)
+		}
+	}
+	boot := &computepb.AttachedDisk{
+		Boot:       new(true),
+		AutoDelete: new(true),
+		Type:       new(computepb.AttachedDisk_PERSISTENT.String()),
+		InitializeParams: &computepb.AttachedDiskInitializeParams{
+			SourceImage: new(p.imageURL(req.Image)),
+		},
+	}
+	if p.cfg.DiskSizeGb > 0 {
+		boot.InitializeParams.DiskSizeGb = new(p.cfg.DiskSizeGb)
+	}
+	nic := &computepb.NetworkInterface{
+		Network: new(p.cfg.Network),
+		AccessConfigs: []*computepb.AccessConfig{{
+			Name: new(accessConfigName),
+			Type: new(computepb.AccessConfig_ONE_TO_ONE_NAT.String()),
+		}},
+	}
+	if p.cfg.Subnetwork != "" {
+		nic.Subnetwork = new(p.cfg.Subnetwork)
+	}
+	inst := &computepb.Instance{
+		Name:              new(req.Name),
+		Description:       new(fmt.Sprintf("proxy-operator: Proxy %s/%s", req.Namespace, req.ProxyName)),
+		MachineType:       new(machineTypeURL(req.Zone, req.MachineType)),
+		Labels:            labels,
+		Tags:              &computepb.Tags{Items: []string{p.cfg.NetworkTag}},
+		Disks:             []*computepb.AttachedDisk{boot},
+		NetworkInterfaces: []*computepb.NetworkInterface{nic},
+	}
+	if req.CloudInit != "" {
+		inst.Metadata = &computepb.Metadata{Items: []*computepb.Items{{Key: new(userDataKey), Value: new(req.CloudInit)}}}
+	}
+	if p.cfg.ServiceAccount != "" {
+		inst.ServiceAccounts = []*computepb.ServiceAccount{{Email: new(p.cfg.ServiceAccount), Scopes: []string{cloudPlatformScope}}}
+	}
+	return inst, nil
+}
+
+// machineTypeURL turns "e2-small" into the zonal partial URL the API wants; anything with a
+// slash is taken to be a URL already.
+func machineTypeURL(zone, machineType string) string {
+	if strings.Contains(machineType, "/") {
+		return machineType
+	}
+	return "zones/" + zone + "/machineTypes/" + machineType
+}
+
+// imageURL accepts full URLs and "projects/..." partial URLs as they are; "global/images/x"
+// and "family/x" and a bare name are images of the configured project.
+func (p *Provider) imageURL(image string) string {
+	switch {
+	case strings.HasPrefix(image, "https://"), strings.HasPrefix(image, "projects/"):
+		return image
+	case strings.HasPrefix(image, "global/"):
+		return "projects/" + p.cfg.Project + "/" + image
+	default:
+		return "projects/" + p.cfg.Project + "/global/images/" + image
+	}
+}
+
+// Get reads one instance; a missing one is (nil, ErrNotFound).
+func (p *Provider) Get(ctx context.Context, providerID string) (*providers.Instance, error) {
+	const op = "gcp get"
+	project, zone, name, err := ParseID(providerID)
+	if err != nil {
+		return nil, providers.Wrap(providers.ErrPermanent, op, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	inst, err := p.client.Get(ctx, &computepb.GetInstanceRequest{Project: project, Zone: zone, Instance: name}, p.noRetry)
+	if err != nil {
+		return nil, providers.Wrap(classify(err), op, err)
+	}
+	out := toInstance(project, zone, inst)
+	return &out, nil
+}
+
+// Delete submits an instances.delete and returns without waiting; a missing instance is done.
+func (p *Provider) Delete(ctx context.Context, providerID string) error {
+	const op = "gcp delete"
+	project, zone, name, err := ParseID(providerID)
+	if err != nil {
+		return providers.Wrap(providers.ErrPermanent, op, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	o, err := p.client.Delete(ctx, &computepb.DeleteInstanceRequest{Project: project, Zone: zone, Instance: name}, p.noRetry)
+	if err != nil {
+		kind := classify(err)
+		if kind == providers.ErrNotFound {
+			return nil
+		}
+		return providers.Wrap(kind, op, err)
+	}
+	if err := operationError(o.Proto()); err != nil {
+		return providers.Wrap(operationClass(o.Proto()), op, err)
+	}
+	return nil
+}
+
+// managedFilter is the server-side filter of ListByTag.
+var managedFilter = "labels." + providers.TagManaged + "=true"
+
+// ListByTag returns every managed instance in the project, across zones and pages.
+func (p *Provider) ListByTag(ctx context.Context) ([]providers.Instance, error) {
+	const op = "gcp aggregatedList"
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	it := p.client.AggregatedList(ctx, &computepb.AggregatedListInstancesRequest{
+		Project: p.cfg.Project,
+		Filter:  new(managedFilter),
+	}, p.noRetry)
+	var out []providers.Instance
+	for {
+		pair, err := it.Next()
+		if errors.Is(err, iterator.Done) {
+			return out, nil
+		}
+		if err != nil {
+			// A 404 is the project, not an instance: listing cannot succeed as configured.
+			return nil, providers.Wrap(notFoundAs(classify(err), providers.ErrPermanent), op, err)
+		}
+		zone := strings.TrimPrefix(pair.Key, "zones/")
+		for _, inst := range pair.Value.GetInstances() {
+			// The filter is the server's; this check keeps GC from ever seeing an untagged VM.
+			if inst.GetLabels()[providers.TagManaged] != "true" {
+				continue
+			}
+			z := zone
+			if u := inst.GetZone(); u != "" {
+				z = lastSegment(u)
+			}
+			out = append(out, toInstance(p.cfg.Project, z, inst))
+		}
+	}
+}
+
+// toInstance maps a Compute Engine instance onto the providers view.
+func toInstance(project, zone string, inst *computepb.Instance) providers.Instance {
+	out := providers.Instance{
+		ID:       FormatID(project, zone, inst.GetName()),
+		Name:     inst.GetName(),
+		State:    stateOf(inst.GetStatus()),
+		OwnerUID: inst.GetLabels()[providers.TagOwnerUID],
+		SpecHash: inst.GetLabels()[providers.TagSpecHash],
+	}
+	for _, nic := range inst.GetNetworkInterfaces() {
+		for _, ac := range nic.GetAccessConfigs() {
+			if ip := ac.GetNatIP(); ip != "" && out.IP == "" {
+				out.IP = ip
+			}
+		}
+	}
+	if t, err := time.Parse(time.RFC3339Nano, inst.GetCreationTimestamp()); err == nil {
+		out.CreatedAt = t.UTC()
+	}
+	return out
+}
+
+// stateOf maps a Compute Engine status onto the providers states. REPAIRING comes back by
+// itself, so it waits like a VM that is starting rather than being replaced; an unknown
+// status waits too, since every destructive reading must be certain.
+func stateOf(status string) providers.State {
+	switch status {
+	case "RUNNING":
+		return providers.StateRunning
+	case "STOPPING", "STOPPED", "SUSPENDING", "SUSPENDED", "PENDING_STOP":
+		return providers.StateStopped
+	case "TERMINATED":
+		return providers.StateTerminated
+	default: // PROVISIONING, STAGING, REPAIRING, anything new
+		return providers.StateProvisioning
+	}
+}
+
+// FormatID is the provider ID of an instance: gcp://<project>/<zone>/<name>.
+func FormatID(project, zone, name string) string {
+	return idScheme + project + "/" + zone + "/" + name
+}
+
+// ParseID splits a provider ID made by FormatID.
+func ParseID(id string) (project, zone, name string, err error) {
+	rest, ok := strings.CutPrefix(id, idScheme)
+	parts := strings.Split(rest, "/")
+	if !ok || len(parts) != 3 || !projectRE.MatchString(parts[0]) || !nameRE.MatchString(parts[1]) || !nameRE.MatchString(parts[2]) {
+		return "", "", "", fmt.Errorf("malformed provider ID %q (want gcp://<project>/<zone>/<instance>)", id)
+	}
+	return parts[0], parts[1], parts[2], nil
+}
+
+func lastSegment(u string) string {
+	return u[strings.LastIndex(u, "/")+1:]
+}
