@@ -1,0 +1,143 @@
+// Package lease owns who holds which proxy: leases and their TTLs, per-target cooldowns,
+// sticky sessions, and the index that picks the least-loaded healthy proxy for a selector
+// without scanning the fleet. It knows nothing of HTTP, of how health is probed or of how
+// the fleet view is filled.
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/CHANGEME/proxy-operator/fleet"
+	"github.com/CHANGEME/proxy-operator/lifecycle"
+)
+
+var (
+	// ErrNotFound is returned for a lease that does not exist, has expired or was dropped.
+	ErrNotFound = errors.New("lease not found")
+	// ErrNoMatch is wrapped by *NoMatchError when no proxy can be leased.
+	ErrNoMatch = errors.New("no proxy available")
+	// ErrInvalid is returned for a request the store cannot act on (the caller validates first).
+	ErrInvalid = errors.New("invalid lease request")
+)
+
+// Store holds leases and cooldowns. The in-memory Memory is the only implementation; the
+// interface is here so a shared store (CRD, Redis) can replace it without touching handlers.
+type Store interface {
+	// Acquire leases the best proxy for the request or returns a *NoMatchError.
+	Acquire(ctx context.Context, r Request) (Lease, error)
+	// Release ends a lease. Releasing an unknown or expired lease is not an error.
+	Release(ctx context.Context, id string) error
+	// Renew moves a live lease's expiry to now+ttl; ErrNotFound when it is gone.
+	Renew(ctx context.Context, id string, ttl time.Duration) (Lease, error)
+	// Report records what a crawler saw through a lease's proxy; rate_limited and banned
+	// start or grow that proxy's cooldown for the target. ErrNotFound when the lease is gone.
+	Report(ctx context.Context, id string, r Report) (Cooldown, error)
+	// ActiveCount is the number of live leases.
+	ActiveCount() int
+	// ActiveByProxy is the number of live leases per proxy key (proxies without leases absent).
+	ActiveByProxy() map[string]int
+	// Run expires leases, cooldowns and sessions and follows the fleet until ctx ends.
+	Run(ctx context.Context) error
+}
+
+// Fleet is what the store reads of the fleet view (*fleet.View satisfies it).
+type Fleet interface {
+	List() []fleet.Proxy
+	Get(key string) (fleet.Proxy, bool)
+	Version() uint64
+	Changed() <-chan struct{}
+}
+
+// Health is the prober's live verdict by proxy key (server.HealthSource has the same method).
+type Health interface {
+	Health(key string) lifecycle.Health
+}
+
+// Request asks for one lease.
+type Request struct {
+	// Selector must be contained in the proxy's attributes (equality on every pair).
+	Selector map[string]string
+	TTL      time.Duration
+	// Target, when set, excludes proxies cooling down for it.
+	Target string
+	// SessionKey, when set, asks for the proxy the same key got last, while it still fits.
+	SessionKey string
+}
+
+// Lease is a granted lease.
+type Lease struct {
+	ID         string
+	Proxy      fleet.Proxy
+	Health     lifecycle.Health
+	Active     int // leases on the proxy including this one
+	Target     string
+	SessionKey string
+	ExpiresAt  time.Time
+}
+
+// Result is what a crawler reports about a target seen through a proxy.
+type Result string
+
+const (
+	ResultOK          Result = "ok"
+	ResultRateLimited Result = "rate_limited"
+	ResultBanned      Result = "banned"
+)
+
+// Valid reports whether r is one of the known results.
+func (r Result) Valid() bool {
+	return r == ResultOK || r == ResultRateLimited || r == ResultBanned
+}
+
+// Report is one crawler report.
+type Report struct {
+	Result Result
+	Target string
+	// RetryAfter is what the target asked for; longer than the default cooldown, it wins.
+	RetryAfter time.Duration
+}
+
+// Cooldown is a proxy's exclusion for one target. Until is zero for an ok report.
+type Cooldown struct {
+	Proxy   string
+	Target  string
+	Until   time.Time
+	Strikes int
+}
+
+// NoMatchError says why nothing could be leased, with counts over the proxies that match
+// the selector. Each such proxy is counted once, under the first reason that applies in the
+// order unhealthy, at capacity, cooling.
+type NoMatchError struct {
+	Matching   int
+	Unhealthy  int
+	AtCapacity int
+	Cooling    int
+	Target     string
+}
+
+func (e *NoMatchError) Error() string { return e.Reason() }
+
+func (e *NoMatchError) Unwrap() error { return ErrNoMatch }
+
+// Reason is the sentence a client is shown.
+func (e *NoMatchError) Reason() string {
+	if e.Matching == 0 {
+		return "no proxy matches the selector"
+	}
+	var parts []string
+	if e.Unhealthy > 0 {
+		parts = append(parts, fmt.Sprintf("%d unhealthy", e.Unhealthy))
+	}
+	if e.AtCapacity > 0 {
+		parts = append(parts, fmt.Sprintf("%d at capacity", e.AtCapacity))
+	}
+	if e.Cooling > 0 {
+		parts = append(parts, fmt.Sprintf("%d cooling down for %s", e.Cooling, e.Target))
+	}
+	return fmt.Sprintf("none of the %d proxies matching the selector can be leased: %s", e.Matching, strings.Join(parts, ", "))
+}

@@ -1,0 +1,564 @@
+package lease
+
+import (
+	"container/heap"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/CHANGEME/proxy-operator/fleet"
+	"github.com/CHANGEME/proxy-operator/lifecycle"
+)
+
+// Defaults for Config fields left zero.
+const (
+	DefaultRateLimitedCooldown = 15 * time.Minute
+	DefaultBannedCooldown      = time.Hour
+	DefaultMaxCooldown         = 24 * time.Hour
+	DefaultSessionIdle         = 30 * time.Minute
+	DefaultReapInterval        = time.Second
+	DefaultHealthRefresh       = time.Second
+	DefaultMinSyncInterval     = 100 * time.Millisecond
+)
+
+// EventKind names a change of the store's state.
+type EventKind string
+
+const (
+	EventGranted  EventKind = "granted"
+	EventReleased EventKind = "released"
+	EventExpired  EventKind = "expired"
+	EventDropped  EventKind = "dropped" // the proxy left the fleet
+	EventCooled   EventKind = "cooled"
+)
+
+// Event is one change, delivered in the order the store applied it.
+type Event struct {
+	Kind    EventKind
+	At      time.Time
+	LeaseID string
+	Proxy   string
+	Target  string
+	Health  lifecycle.Health // Granted: the verdict the grant was made on
+	Until   time.Time        // Cooled
+}
+
+// Config configures a Memory store.
+type Config struct {
+	Fleet  Fleet
+	Health Health
+	Now    func() time.Time
+
+	// RateLimitedCooldown and BannedCooldown are the first cooldown for each result; each
+	// further report while the previous one is remembered doubles it, up to MaxCooldown.
+	RateLimitedCooldown time.Duration
+	BannedCooldown      time.Duration
+	MaxCooldown         time.Duration
+	// SessionIdle is how long a session key stays bound to its proxy after its last lease ends.
+	SessionIdle time.Duration
+	// ReapInterval and HealthRefresh pace Run; MinSyncInterval bounds how often Acquire
+	// re-reads the whole fleet when the view keeps changing (0 in tests: on every change).
+	ReapInterval    time.Duration
+	HealthRefresh   time.Duration
+	MinSyncInterval time.Duration
+	// Observe, when set, is called with every change while the store's lock is held: it
+	// must be quick and must not call back into the store.
+	Observe func(Event)
+}
+
+// Memory is the in-memory Store. Selection goes through an index: proxies are grouped in
+// buckets by their exact attribute set, and each bucket keeps the proxies that can take a
+// lease (known healthy, capacity left) in a B-tree ordered by active leases, then latency.
+// A lease looks at the head of each bucket the selector matches, so its cost grows with the
+// number of distinct attribute sets, not with the fleet.
+type Memory struct {
+	cfg Config
+
+	mu       sync.Mutex
+	entries  map[string]*entry
+	buckets  map[string]*bucket
+	selCache map[string][]*bucket
+	version  uint64
+	synced   bool
+	syncedAt time.Time
+
+	leases   map[string]*held
+	expiry   expiryHeap
+	cool     map[coolKey]*cooldown
+	sessions map[string]*session
+}
+
+var _ Store = (*Memory)(nil)
+
+type held struct {
+	id, proxy, target, session string
+	expires                    time.Time
+	index                      int // in expiry
+}
+
+type coolKey struct{ target, proxy string }
+
+type cooldown struct {
+	until, forget time.Time
+	strikes       int
+}
+
+type session struct {
+	proxy string
+	until time.Time // zero while a lease of the session is live
+	live  int
+}
+
+// NewMemory returns an empty store reading cfg.Fleet and cfg.Health.
+func NewMemory(cfg Config) *Memory {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&cfg.RateLimitedCooldown, DefaultRateLimitedCooldown)
+	def(&cfg.BannedCooldown, DefaultBannedCooldown)
+	def(&cfg.MaxCooldown, DefaultMaxCooldown)
+	def(&cfg.SessionIdle, DefaultSessionIdle)
+	def(&cfg.ReapInterval, DefaultReapInterval)
+	def(&cfg.HealthRefresh, DefaultHealthRefresh)
+	if cfg.MinSyncInterval < 0 {
+		cfg.MinSyncInterval = 0
+	}
+	return &Memory{
+		cfg:      cfg,
+		entries:  map[string]*entry{},
+		buckets:  map[string]*bucket{},
+		selCache: map[string][]*bucket{},
+		leases:   map[string]*held{},
+		cool:     map[coolKey]*cooldown{},
+		sessions: map[string]*session{},
+	}
+}
+
+func (m *Memory) emit(e Event) {
+	if m.cfg.Observe != nil {
+		m.cfg.Observe(e)
+	}
+}
+
+// Acquire implements Store.
+func (m *Memory) Acquire(_ context.Context, r Request) (Lease, error) {
+	if r.TTL <= 0 {
+		return Lease{}, fmt.Errorf("acquire: ttl %s: %w", r.TTL, ErrInvalid)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.cfg.Now()
+	if !m.synced || (m.cfg.Fleet.Version() != m.version && now.Sub(m.syncedAt) >= m.cfg.MinSyncInterval) {
+		m.syncLocked(now)
+	}
+	m.reapLocked(now)
+
+	if r.SessionKey != "" {
+		if s := m.sessions[r.SessionKey]; s != nil {
+			if e := m.entries[s.proxy]; e != nil && containsAll(e.p.Attributes, r.Selector) {
+				if h, v := m.check(e, r.Target, now); v == fits {
+					return m.grant(e, h, r, now), nil
+				}
+			}
+		}
+	}
+
+	var (
+		best   *entry
+		bestH  lifecycle.Health
+		nm     = NoMatchError{Target: r.Target}
+		stale  []*entry
+		health = map[*entry]lifecycle.Health{}
+	)
+	for _, b := range m.match(r.Selector) {
+		nm.Matching += b.size
+		nm.Unhealthy += b.unhealthy
+		nm.AtCapacity += b.full
+		b.tree.Ascend(func(e *entry) bool {
+			if best != nil && !less(e, best) {
+				return false // nothing further in this bucket beats the best so far
+			}
+			h, v := m.check(e, r.Target, now)
+			switch v {
+			case fits:
+				best, bestH = e, h
+				return false
+			case unhealthy:
+				nm.Unhealthy++
+				stale = append(stale, e)
+				health[e] = h
+			case full:
+				nm.AtCapacity++
+			case cooling:
+				nm.Cooling++
+			}
+			return true
+		})
+	}
+	// Proxies found unhealthy (or changed in the fleet) leave the tree now rather than at the
+	// next refresh, so the next lease does not look at them again.
+	for _, e := range stale {
+		m.refreshEntry(e, health[e])
+	}
+	if best == nil {
+		return Lease{}, &nm
+	}
+	return m.grant(best, bestH, r, now), nil
+}
+
+// verdict is why a proxy can or cannot take a lease now.
+type verdict int
+
+const (
+	fits verdict = iota
+	unhealthy
+	full
+	cooling
+)
+
+// check reads the proxy's live state: the fleet record and the prober's verdict now, not
+// what the index last saw, so a stale index can cost a skip but never a bad lease.
+func (m *Memory) check(e *entry, target string, now time.Time) (lifecycle.Health, verdict) {
+	p, ok := m.cfg.Fleet.Get(e.p.Key)
+	if !ok || !p.Equal(e.p) {
+		return lifecycle.Health{}, unhealthy // gone or changed: the next sync re-files it
+	}
+	h := m.cfg.Health.Health(e.p.Key)
+	switch {
+	case !leasableRecord(p, h):
+		return h, unhealthy
+	case e.load >= int(p.MaxLeases):
+		return h, full
+	case target != "":
+		if c := m.cool[coolKey{target, p.Key}]; c != nil && now.Before(c.until) {
+			return h, cooling
+		}
+	}
+	return h, fits
+}
+
+func (m *Memory) grant(e *entry, h lifecycle.Health, r Request, now time.Time) Lease {
+	m.move(e, func() { e.load++; e.healthy, e.latency = true, h.LatencyMillis })
+	l := &held{id: newID(), proxy: e.p.Key, target: r.Target, session: r.SessionKey, expires: now.Add(r.TTL)}
+	m.leases[l.id] = l
+	heap.Push(&m.expiry, l)
+	if r.SessionKey != "" {
+		s := m.sessions[r.SessionKey]
+		if s == nil || s.proxy != e.p.Key {
+			// Leases of the old binding still count down on their own proxy: end() only
+			// touches the session when the proxies agree.
+			s = &session{proxy: e.p.Key}
+			m.sessions[r.SessionKey] = s
+		}
+		s.live++
+		s.until = time.Time{}
+	}
+	m.emit(Event{Kind: EventGranted, At: now, LeaseID: l.id, Proxy: e.p.Key, Target: r.Target, Health: h})
+	return Lease{ID: l.id, Proxy: e.p, Health: h, Active: e.load, Target: r.Target, SessionKey: r.SessionKey, ExpiresAt: l.expires}
+}
+
+// end removes a lease and frees its slot.
+func (m *Memory) end(l *held, kind EventKind, now time.Time) {
+	delete(m.leases, l.id)
+	if l.index >= 0 {
+		heap.Remove(&m.expiry, l.index)
+	}
+	if e := m.entries[l.proxy]; e != nil {
+		m.move(e, func() { e.load-- })
+	}
+	if l.session != "" {
+		if s := m.sessions[l.session]; s != nil && s.proxy == l.proxy {
+			s.live--
+			if s.live <= 0 {
+				s.live, s.until = 0, now.Add(m.cfg.SessionIdle)
+			}
+		}
+	}
+	m.emit(Event{Kind: kind, At: now, LeaseID: l.id, Proxy: l.proxy, Target: l.target})
+}
+
+// Release implements Store.
+func (m *Memory) Release(_ context.Context, id string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.cfg.Now()
+	m.reapLocked(now)
+	if l := m.leases[id]; l != nil {
+		m.end(l, EventReleased, now)
+	}
+	return nil
+}
+
+// live returns the lease if it is live and its proxy still in the fleet (dropping it if not).
+func (m *Memory) live(id string, now time.Time) *held {
+	m.reapLocked(now)
+	l := m.leases[id]
+	if l == nil {
+		return nil
+	}
+	if _, ok := m.cfg.Fleet.Get(l.proxy); !ok {
+		m.end(l, EventDropped, now)
+		return nil
+	}
+	return l
+}
+
+// Renew implements Store.
+func (m *Memory) Renew(_ context.Context, id string, ttl time.Duration) (Lease, error) {
+	if ttl <= 0 {
+		return Lease{}, fmt.Errorf("renew: ttl %s: %w", ttl, ErrInvalid)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.cfg.Now()
+	l := m.live(id, now)
+	if l == nil {
+		return Lease{}, fmt.Errorf("renew: %w", ErrNotFound)
+	}
+	l.expires = now.Add(ttl)
+	heap.Fix(&m.expiry, l.index)
+	e := m.entries[l.proxy]
+	var p fleet.Proxy
+	load := 0
+	if e != nil {
+		p, load = e.p, e.load
+	}
+	return Lease{ID: l.id, Proxy: p, Health: m.cfg.Health.Health(l.proxy), Active: load, Target: l.target, SessionKey: l.session, ExpiresAt: l.expires}, nil
+}
+
+// Report implements Store.
+func (m *Memory) Report(_ context.Context, id string, r Report) (Cooldown, error) {
+	if !r.Result.Valid() || r.Target == "" || r.RetryAfter < 0 {
+		return Cooldown{}, fmt.Errorf("report: result %q target %q: %w", r.Result, r.Target, ErrInvalid)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.cfg.Now()
+	l := m.live(id, now)
+	if l == nil {
+		return Cooldown{}, fmt.Errorf("report: %w", ErrNotFound)
+	}
+	out := Cooldown{Proxy: l.proxy, Target: r.Target}
+	if r.Result == ResultOK {
+		return out, nil
+	}
+	base := m.cfg.RateLimitedCooldown
+	if r.Result == ResultBanned {
+		base = m.cfg.BannedCooldown
+	}
+	k := coolKey{r.Target, l.proxy}
+	c := m.cool[k]
+	if c == nil || !now.Before(c.forget) {
+		c = &cooldown{}
+		m.cool[k] = c
+	}
+	c.strikes++
+	d := base
+	for i := 1; i < c.strikes && d < m.cfg.MaxCooldown; i++ {
+		d *= 2
+	}
+	d = max(d, r.RetryAfter)
+	d = min(d, m.cfg.MaxCooldown)
+	// A report during a cooldown never shortens it.
+	if until := now.Add(d); until.After(c.until) {
+		c.until = until
+	}
+	// Strikes are remembered for as long again as the cooldown, so a proxy that is limited
+	// again soon after it comes back cools for longer.
+	c.forget = c.until.Add(d)
+	m.emit(Event{Kind: EventCooled, At: now, LeaseID: l.id, Proxy: l.proxy, Target: r.Target, Until: c.until})
+	out.Until, out.Strikes = c.until, c.strikes
+	return out, nil
+}
+
+// ActiveCount implements Store.
+func (m *Memory) ActiveCount() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.reapLocked(m.cfg.Now())
+	return len(m.leases)
+}
+
+// ActiveByProxy implements Store.
+func (m *Memory) ActiveByProxy() map[string]int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.reapLocked(m.cfg.Now())
+	out := make(map[string]int, len(m.leases))
+	for _, l := range m.leases {
+		out[l.proxy]++
+	}
+	return out
+}
+
+// Run implements Store: it reaps on a ticker, refreshes the index's view of health, and
+// follows fleet changes so leases on a departed proxy are dropped without waiting for a lease.
+func (m *Memory) Run(ctx context.Context) error {
+	reap := time.NewTicker(m.cfg.ReapInterval)
+	defer reap.Stop()
+	refresh := time.NewTicker(m.cfg.HealthRefresh)
+	defer refresh.Stop()
+	for {
+		changed := m.cfg.Fleet.Changed()
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changed:
+			m.Sync()
+			// Bound the cost of a fleet that changes all the time.
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(m.cfg.MinSyncInterval):
+			}
+		case <-reap.C:
+			m.Reap()
+		case <-refresh.C:
+			m.RefreshHealth()
+		}
+	}
+}
+
+// Reap expires leases, cooldowns and sessions whose time has come.
+func (m *Memory) Reap() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.cfg.Now()
+	m.reapLocked(now)
+	for k, c := range m.cool {
+		if !now.Before(c.forget) {
+			delete(m.cool, k)
+		}
+	}
+	for k, s := range m.sessions {
+		if s.live == 0 && !now.Before(s.until) {
+			delete(m.sessions, k)
+		}
+	}
+}
+
+func (m *Memory) reapLocked(now time.Time) {
+	for len(m.expiry) > 0 && !now.Before(m.expiry[0].expires) {
+		m.end(m.expiry[0], EventExpired, now)
+	}
+}
+
+// Sync brings the index up to date with the fleet view.
+func (m *Memory) Sync() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.syncLocked(m.cfg.Now())
+}
+
+// syncLocked diffs the fleet against the index: unchanged proxies cost a comparison, changed
+// ones a move between buckets, departed ones are removed with their leases.
+func (m *Memory) syncLocked(now time.Time) {
+	version := m.cfg.Fleet.Version() // read first: a change during List is caught next time
+	list := m.cfg.Fleet.List()
+	seen := make(map[string]struct{}, len(list))
+	for _, p := range list {
+		seen[p.Key] = struct{}{}
+		e := m.entries[p.Key]
+		if e != nil && e.p.Equal(p) {
+			continue
+		}
+		if e == nil {
+			e = &entry{}
+			m.entries[p.Key] = e
+		} else {
+			m.detach(e)
+		}
+		e.p = p
+		h := m.cfg.Health.Health(p.Key)
+		e.healthy, e.latency = leasableRecord(p, h), h.LatencyMillis
+		m.attach(e)
+	}
+	var gone map[string]bool
+	for k, e := range m.entries {
+		if _, ok := seen[k]; !ok {
+			m.detach(e)
+			delete(m.entries, k)
+			if gone == nil {
+				gone = map[string]bool{}
+			}
+			gone[k] = true
+		}
+	}
+	if gone != nil {
+		for _, l := range m.leases {
+			if gone[l.proxy] {
+				m.end(l, EventDropped, now)
+			}
+		}
+	}
+	m.version, m.synced, m.syncedAt = version, true, now
+}
+
+func leasableRecord(p fleet.Proxy, h lifecycle.Health) bool {
+	return h.State == lifecycle.HealthHealthy && !p.Deleting && p.IP != ""
+}
+
+// RefreshHealth re-reads every proxy's verdict so the index orders by current latency and
+// offers proxies that recovered. Live checks at lease time make it a matter of freshness,
+// not of correctness.
+func (m *Memory) RefreshHealth() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, e := range m.entries {
+		m.refreshEntry(e, m.cfg.Health.Health(e.p.Key))
+	}
+}
+
+func (m *Memory) refreshEntry(e *entry, h lifecycle.Health) {
+	ok := leasableRecord(e.p, h)
+	if ok == e.healthy && h.LatencyMillis == e.latency {
+		return
+	}
+	m.move(e, func() { e.healthy, e.latency = ok, h.LatencyMillis })
+}
+
+func newID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b[:])
+}
+
+func containsAll(attrs, sel map[string]string) bool {
+	for k, v := range sel {
+		if got, ok := attrs[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+// expiryHeap orders live leases by expiry.
+type expiryHeap []*held
+
+func (h expiryHeap) Len() int           { return len(h) }
+func (h expiryHeap) Less(i, j int) bool { return h[i].expires.Before(h[j].expires) }
+func (h expiryHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *expiryHeap) Push(x any) {
+	l := x.(*held)
+	l.index = len(*h)
+	*h = append(*h, l)
+}
+func (h *expiryHeap) Pop() any {
+	old := *h
+	l := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	l.index = -1
+	return l
+}
