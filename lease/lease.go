@@ -31,7 +31,8 @@ type Store interface {
 	Acquire(ctx context.Context, r Request) (Lease, error)
 	// Release ends a lease. Releasing an unknown or expired lease is not an error.
 	Release(ctx context.Context, id string) error
-	// Renew moves a live lease's expiry to now+ttl; ErrNotFound when it is gone.
+	// Renew moves a live lease's expiry to now+ttl (ttl 0: the lease's last TTL); ErrNotFound
+	// when it is gone.
 	Renew(ctx context.Context, id string, ttl time.Duration) (Lease, error)
 	// Report records what a crawler saw through a lease's proxy; rate_limited and banned
 	// start or grow that proxy's cooldown for the target. ErrNotFound when the lease is gone.

@@ -95,6 +95,7 @@ var _ Store = (*Memory)(nil)
 
 type held struct {
 	id, proxy, target, session string
+	ttl                        time.Duration
 	expires                    time.Time
 	index                      int // in expiry
 }
@@ -247,7 +248,7 @@ func (m *Memory) check(e *entry, target string, now time.Time) (lifecycle.Health
 
 func (m *Memory) grant(e *entry, h lifecycle.Health, r Request, now time.Time) Lease {
 	m.move(e, func() { e.load++; e.healthy, e.latency = true, h.LatencyMillis })
-	l := &held{id: newID(), proxy: e.p.Key, target: r.Target, session: r.SessionKey, expires: now.Add(r.TTL)}
+	l := &held{id: newID(), proxy: e.p.Key, target: r.Target, session: r.SessionKey, ttl: r.TTL, expires: now.Add(r.TTL)}
 	m.leases[l.id] = l
 	heap.Push(&m.expiry, l)
 	if r.SessionKey != "" {
@@ -313,7 +314,7 @@ func (m *Memory) live(id string, now time.Time) *held {
 
 // Renew implements Store.
 func (m *Memory) Renew(_ context.Context, id string, ttl time.Duration) (Lease, error) {
-	if ttl <= 0 {
+	if ttl < 0 {
 		return Lease{}, fmt.Errorf("renew: ttl %s: %w", ttl, ErrInvalid)
 	}
 	m.mu.Lock()
@@ -323,7 +324,10 @@ func (m *Memory) Renew(_ context.Context, id string, ttl time.Duration) (Lease, 
 	if l == nil {
 		return Lease{}, fmt.Errorf("renew: %w", ErrNotFound)
 	}
-	l.expires = now.Add(ttl)
+	if ttl == 0 {
+		ttl = l.ttl
+	}
+	l.ttl, l.expires = ttl, now.Add(ttl)
 	heap.Fix(&m.expiry, l.index)
 	e := m.entries[l.proxy]
 	var p fleet.Proxy
