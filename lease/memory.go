@@ -234,7 +234,7 @@ func (m *Memory) check(e *entry, target string, now time.Time) (lifecycle.Health
 	}
 	h := m.cfg.Health.Health(e.p.Key)
 	switch {
-	case !leasableRecord(p, h):
+	case !Leasable(p, h):
 		return h, unhealthy
 	case e.load >= int(p.MaxLeases):
 		return h, full
@@ -482,7 +482,7 @@ func (m *Memory) syncLocked(now time.Time) {
 		}
 		e.p = p
 		h := m.cfg.Health.Health(p.Key)
-		e.healthy, e.latency = leasableRecord(p, h), h.LatencyMillis
+		e.healthy, e.latency = Leasable(p, h), h.LatencyMillis
 		m.attach(e)
 	}
 	var gone map[string]bool
@@ -506,7 +506,9 @@ func (m *Memory) syncLocked(now time.Time) {
 	m.version, m.synced, m.syncedAt = version, true, now
 }
 
-func leasableRecord(p fleet.Proxy, h lifecycle.Health) bool {
+// Leasable is the one definition of a healthy proxy for crawlers: the prober says Healthy,
+// the Proxy is not being deleted and has an address.
+func Leasable(p fleet.Proxy, h lifecycle.Health) bool {
 	return h.State == lifecycle.HealthHealthy && !p.Deleting && p.IP != ""
 }
 
@@ -522,7 +524,7 @@ func (m *Memory) RefreshHealth() {
 }
 
 func (m *Memory) refreshEntry(e *entry, h lifecycle.Health) {
-	ok := leasableRecord(e.p, h)
+	ok := Leasable(e.p, h)
 	if ok == e.healthy && h.LatencyMillis == e.latency {
 		return
 	}

@@ -232,13 +232,8 @@ func toProxyJSON(p fleet.Proxy, h lifecycle.Health, active int) proxyJSON {
 	}
 	return proxyJSON{
 		ID: p.Key, IP: p.IP, Port: p.Port, Attributes: attrs, Phase: string(p.Phase),
-		Healthy: healthyForLease(p, h), LatencyMillis: h.LatencyMillis, ActiveLeases: active, MaxLeases: p.MaxLeases,
+		Healthy: lease.Leasable(p, h), LatencyMillis: h.LatencyMillis, ActiveLeases: active, MaxLeases: p.MaxLeases,
 	}
-}
-
-// healthyForLease is the one definition of "healthy" the API shows and the store applies.
-func healthyForLease(p fleet.Proxy, h lifecycle.Health) bool {
-	return h.State == lifecycle.HealthHealthy && !p.Deleting && p.IP != ""
 }
 
 type listJSON struct {
