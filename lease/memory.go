@@ -22,6 +22,7 @@ const (
 	DefaultReapInterval        = time.Second
 	DefaultHealthRefresh       = time.Second
 	DefaultMinSyncInterval     = 100 * time.Millisecond
+	DefaultMaxSessions         = 100_000
 )
 
 // EventKind names a change of the store's state.
@@ -59,6 +60,9 @@ type Config struct {
 	MaxCooldown         time.Duration
 	// SessionIdle is how long a session key stays bound to its proxy after its last lease ends.
 	SessionIdle time.Duration
+	// MaxSessions bounds the session table: beyond it a new key still gets a lease, unbound,
+	// so clients that mint a key per request cannot grow memory without end.
+	MaxSessions int
 	// ReapInterval and HealthRefresh pace Run; MinSyncInterval bounds how often Acquire
 	// re-reads the whole fleet when the view keeps changing (0 in tests: on every change).
 	ReapInterval    time.Duration
@@ -129,6 +133,9 @@ func NewMemory(cfg Config) *Memory {
 	def(&cfg.SessionIdle, DefaultSessionIdle)
 	def(&cfg.ReapInterval, DefaultReapInterval)
 	def(&cfg.HealthRefresh, DefaultHealthRefresh)
+	if cfg.MaxSessions <= 0 {
+		cfg.MaxSessions = DefaultMaxSessions
+	}
 	if cfg.MinSyncInterval < 0 {
 		cfg.MinSyncInterval = 0
 	}
@@ -251,7 +258,7 @@ func (m *Memory) grant(e *entry, h lifecycle.Health, r Request, now time.Time) L
 	l := &held{id: newID(), proxy: e.p.Key, target: r.Target, session: r.SessionKey, ttl: r.TTL, expires: now.Add(r.TTL)}
 	m.leases[l.id] = l
 	heap.Push(&m.expiry, l)
-	if r.SessionKey != "" {
+	if r.SessionKey != "" && (m.sessions[r.SessionKey] != nil || len(m.sessions) < m.cfg.MaxSessions) {
 		s := m.sessions[r.SessionKey]
 		if s == nil || s.proxy != e.p.Key {
 			// Leases of the old binding still count down on their own proxy: end() only

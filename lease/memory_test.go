@@ -515,3 +515,24 @@ func TestManyBuckets(t *testing.T) {
 		t.Errorf("first lease on %s, want the fastest ns/p49", first)
 	}
 }
+
+func TestSessionTableIsBounded(t *testing.T) {
+	f := newFixture(t, spec{name: "a", max: 100, latency: 10}, spec{name: "b", max: 100, latency: 20})
+	f.store = NewMemory(Config{Fleet: f.view, Health: f.health, Now: f.clock.Now, MaxSessions: 2})
+	for i := range 5 {
+		f.mustAcquire(t, Request{SessionKey: fmt.Sprint("k", i)})
+	}
+	f.store.mu.Lock()
+	n := len(f.store.sessions)
+	f.store.mu.Unlock()
+	if n != 2 {
+		t.Errorf("%d sessions bound, want the cap of 2", n)
+	}
+	// A bound key stays sticky at the cap.
+	first := f.mustAcquire(t, Request{SessionKey: "k0"}).Proxy.Key
+	for range 3 {
+		if got := f.mustAcquire(t, Request{SessionKey: "k0"}).Proxy.Key; got != first {
+			t.Fatalf("bound session moved from %s to %s at the cap", first, got)
+		}
+	}
+}
