@@ -76,7 +76,7 @@ type discOpts struct {
 	warmup time.Duration
 }
 
-func newDiscFixture(t *testing.T, o discOpts) *discFixture {
+func newDiscFixture(t testing.TB, o discOpts) *discFixture {
 	t.Helper()
 	clock := &discClock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
 	f := &discFixture{
@@ -120,7 +120,7 @@ type resp struct {
 	body   []byte
 }
 
-func (f *discFixture) do(t *testing.T, method, path, token, body string) resp {
+func (f *discFixture) do(t testing.TB, method, path, token, body string) resp {
 	t.Helper()
 	var rd io.Reader
 	if body != "" {
@@ -145,7 +145,7 @@ func (f *discFixture) do(t *testing.T, method, path, token, body string) resp {
 	return resp{res.StatusCode, res.Header, b}
 }
 
-func decodeAs[T any](t *testing.T, r resp) T {
+func decodeAs[T any](t testing.TB, r resp) T {
 	t.Helper()
 	var v T
 	if err := json.Unmarshal(r.body, &v); err != nil {
