@@ -90,7 +90,8 @@ func InCluster() (*APISource, error) {
 	}
 	ca, err := os.ReadFile(ServiceAccountCAFile)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrNotInCluster, err)
+		// In a cluster but without a service account: an error, never a quiet fallback.
+		return nil, fmt.Errorf("service account CA: %w", err)
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(ca) {
@@ -200,4 +201,19 @@ func (s *APISource) page(ctx context.Context, token string, q url.Values, maxByt
 		return nil, fmt.Errorf("answer kind %q, want %sList", l.Kind, v1.Kind)
 	}
 	return &l, nil
+}
+
+// DefaultSources picks the live-UID authority for where the process runs: the API server's
+// list in a cluster, else the fleet view (once complete). A cluster whose service account
+// cannot be read is an error, so GC stays off rather than trusting the view there.
+func DefaultSources(view *fleet.View) ([]LiveSource, error) {
+	api, err := InCluster()
+	switch {
+	case err == nil:
+		return []LiveSource{api}, nil
+	case errors.Is(err, ErrNotInCluster):
+		return []LiveSource{FleetSource{View: view}}, nil
+	default:
+		return nil, err
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -110,6 +111,27 @@ func TestInClusterOutsideACluster(t *testing.T) {
 	t.Setenv("KUBERNETES_SERVICE_HOST", "")
 	if _, err := gc.InCluster(); !errors.Is(err, gc.ErrNotInCluster) {
 		t.Errorf("InCluster outside a cluster: %v, want ErrNotInCluster", err)
+	}
+	srcs, err := gc.DefaultSources(fleet.New(time.Now, 0))
+	if err != nil || len(srcs) != 1 || srcs[0].Name() != "fleet" {
+		t.Errorf("DefaultSources outside a cluster = %v, %v; want the fleet view", srcs, err)
+	}
+}
+
+// TestInClusterWithoutServiceAccount: the environment says cluster but the CA cannot be read
+// (here: this test machine has none): an error, not a quiet fallback to the fleet view.
+func TestInClusterWithoutServiceAccount(t *testing.T) {
+	if _, err := os.Stat(gc.ServiceAccountCAFile); err == nil {
+		t.Skip("this machine has a service account CA")
+	}
+	t.Setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+	t.Setenv("KUBERNETES_SERVICE_PORT", "6443")
+	_, err := gc.InCluster()
+	if err == nil || errors.Is(err, gc.ErrNotInCluster) {
+		t.Errorf("InCluster without a CA: %v, want an error other than ErrNotInCluster", err)
+	}
+	if srcs, err := gc.DefaultSources(nil); err == nil {
+		t.Errorf("DefaultSources without a CA = %v, want an error", srcs)
 	}
 }
 
