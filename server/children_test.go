@@ -588,3 +588,35 @@ func fixtureWriter(t *testing.T, now *time.Time, health *fixedHealth) func(strin
 		}
 	}
 }
+
+// TestPodLostStatusWrite: a status write lost after the Pod was returned leaves a Proxy with no
+// providerID and a Pod. Sync adopts it by name (no second Pod); finalize finds it by its tags.
+func TestPodLostStatusWrite(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	h, _ := podHooks(t, &now, &fixedHealth{})
+	m := newFakeMC(t, h, &now, podSpec(3128))
+	pod := childNames(m.sync("create"))[0]
+	m.run(pod, "10.244.1.7")
+
+	delete(m.parent, "status")
+	a := m.sync("status lost")
+	if diff := cmp.Diff([]string{pod}, childNames(a)); diff != "" {
+		t.Errorf("sync after a lost status: children (-want +got):\n%s", diff)
+	}
+	if got := statusString(a, "providerID"); got != pod {
+		t.Errorf("providerID %q, want %q", got, pod)
+	}
+
+	delete(m.parent, "status")
+	m.parent["metadata"].(map[string]any)["deletionTimestamp"] = now.Format(time.RFC3339)
+	a = m.sync("finalize, status lost")
+	if a.Finalized || len(a.Children) != 0 || statusString(a, "phase") != "Deleting" {
+		t.Errorf("finalize with an untracked Pod: finalized=%t children=%v phase=%s, want false, none, Deleting",
+			a.Finalized, childNames(a), statusString(a, "phase"))
+	}
+	m.reap()
+	delete(m.parent, "status")
+	if a = m.sync("finalize, gone"); !a.Finalized {
+		t.Errorf("finalize once the Pod is gone: not finalized (status %v)", a.Status)
+	}
+}
