@@ -418,12 +418,16 @@ func (m *Memory) Run(ctx context.Context) error {
 	refresh := time.NewTicker(m.cfg.HealthRefresh)
 	defer refresh.Stop()
 	for {
+		// Take the channel before comparing versions: a change after this closes it, one
+		// before it shows in the version.
 		changed := m.cfg.Fleet.Changed()
+		if m.behind() {
+			m.Sync()
+		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-changed:
-			m.Sync()
 			// Bound the cost of a fleet that changes all the time.
 			select {
 			case <-ctx.Done():
@@ -436,6 +440,12 @@ func (m *Memory) Run(ctx context.Context) error {
 			m.RefreshHealth()
 		}
 	}
+}
+
+func (m *Memory) behind() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return !m.synced || m.cfg.Fleet.Version() != m.version
 }
 
 // Reap expires leases, cooldowns and sessions whose time has come.

@@ -536,3 +536,47 @@ func TestSessionTableIsBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestRunFollowsTheFleet: with no lease traffic at all, Run drops the leases of a proxy that
+// leaves the view, expires leases and picks up a recovered proxy.
+func TestRunFollowsTheFleet(t *testing.T) {
+	f := newFixture(t, spec{name: "a", max: 5}, spec{name: "b", max: 5, latency: 5}, spec{name: "c", max: 5, unhealthy: true})
+	f.store = NewMemory(Config{Fleet: f.view, Health: f.health, Now: f.clock.Now,
+		ReapInterval: time.Millisecond, HealthRefresh: time.Millisecond, MinSyncInterval: time.Millisecond})
+	a := f.mustAcquire(t, Request{Selector: nil, TTL: time.Hour})
+	f.mustAcquire(t, Request{TTL: 10 * time.Second})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.store.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("Run never %s", what)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	f.view.Remove(a.Proxy.Key)
+	waitFor("dropped the departed proxy's lease", func() bool { return f.store.ActiveByProxy()[a.Proxy.Key] == 0 })
+	f.clock.advance(11 * time.Second)
+	waitFor("expired the short lease", func() bool {
+		f.store.mu.Lock()
+		defer f.store.mu.Unlock()
+		return len(f.store.leases) == 0
+	})
+	f.health.set("ns/c", lifecycle.HealthHealthy, 1)
+	waitFor("offered the recovered proxy", func() bool {
+		f.store.mu.Lock()
+		defer f.store.mu.Unlock()
+		e := f.store.entries["ns/c"]
+		return e != nil && e.inTree
+	})
+}
