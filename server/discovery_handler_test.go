@@ -230,6 +230,20 @@ func TestDiscoveryAuth(t *testing.T) {
 			}
 		})
 	}
+	// Path tricks never reach a /v1 handler without the token.
+	for _, path := range []string{"//v1/proxies", "/v1//proxies", "/%761/proxies", "/healthz/../v1/proxies", "/./v1/proxies", "/V1/proxies"} {
+		req, _ := http.NewRequest("GET", f.srv.URL+path, nil)
+		req.URL.Opaque = path // keep the path as written
+		res, err := f.srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode == http.StatusOK {
+			t.Errorf("GET %s without a token: 200 %s", path, b)
+		}
+	}
 	if got := f.store.ActiveCount(); got != 0 {
 		t.Errorf("unauthenticated requests changed state: %d leases", got)
 	}
