@@ -19,6 +19,8 @@ import (
 	"github.com/googleapis/gax-go/v2"
 	"google.golang.org/api/iterator"
 	"google.golang.org/api/option"
+	"google.golang.org/api/option/internaloption"
+	httptransport "google.golang.org/api/transport/http"
 
 	"github.com/CHANGEME/proxy-operator/providers"
 )
@@ -140,9 +142,18 @@ func New(ctx context.Context, cfg Config, opts ...option.ClientOption) (*Provide
 	if timeout <= 0 {
 		timeout = DefaultRequestTimeout
 	}
-	client, err := compute.NewInstancesRESTClient(ctx, opts...)
+	// The HTTP client is built here, with the same defaults the generated client would use, so
+	// that every request has a hard timeout: AggregatedList in this library version sends its
+	// requests without the caller's context, so nothing else would bound a page that hangs.
+	hc, _, err := httptransport.NewClient(ctx, append(clientDefaults(), opts...)...)
 	if err != nil {
-		return nil, fmt.Errorf("gcp: instances client (Application Default Credentials: workload identity in a cluster, `gcloud auth application-default login` on a workstation): %w", err)
+		return nil, fmt.Errorf("gcp: credentials (Application Default Credentials: workload identity in a cluster, `gcloud auth application-default login` on a workstation): %w", err)
+	}
+	bounded := *hc
+	bounded.Timeout = timeout
+	client, err := compute.NewInstancesRESTClient(ctx, append(opts, option.WithHTTPClient(&bounded))...)
+	if err != nil {
+		return nil, fmt.Errorf("gcp: instances client: %w", err)
 	}
 	return &Provider{
 		cfg:     cfg,
@@ -150,6 +161,20 @@ func New(ctx context.Context, cfg Config, opts ...option.ClientOption) (*Provide
 		client:  client,
 		noRetry: gax.WithRetry(func() gax.Retryer { return nil }),
 	}, nil
+}
+
+// clientDefaults are the generated REST client's own defaults (endpoint, universe, audience,
+// scopes), for the HTTP client New builds in its place.
+func clientDefaults() []option.ClientOption {
+	return []option.ClientOption{
+		internaloption.WithDefaultEndpoint("https://compute.googleapis.com"),
+		internaloption.WithDefaultEndpointTemplate("https://compute.UNIVERSE_DOMAIN"),
+		internaloption.WithDefaultMTLSEndpoint("https://compute.mtls.googleapis.com"),
+		internaloption.WithDefaultUniverseDomain("googleapis.com"),
+		internaloption.WithDefaultAudience("https://compute.googleapis.com/"),
+		internaloption.WithDefaultScopes(compute.DefaultAuthScopes()...),
+		internaloption.EnableNewAuthLibrary(),
+	}
 }
 
 // Close releases the client's connections.
@@ -315,24 +340,50 @@ func (p *Provider) Delete(ctx context.Context, providerID string) error {
 // managedFilter is the server-side filter of ListByTag.
 var managedFilter = "labels." + providers.TagManaged + "=true"
 
-// ListByTag returns every managed instance in the project, across zones and pages.
+// ListByTag returns every managed instance in the project, across zones and pages. The pages
+// are read on their own goroutine because the library does not pass ctx to these requests:
+// the caller gets its answer at its deadline, and the reader stops at the request timeout.
 func (p *Provider) ListByTag(ctx context.Context) ([]providers.Instance, error) {
 	const op = "gcp aggregatedList"
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
+	type result struct {
+		list []providers.Instance
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		list, err := p.list(ctx)
+		done <- result{list, err}
+	}()
+	select {
+	case r := <-done:
+		if r.err != nil {
+			// A 404 is the project, not an instance: listing cannot succeed as configured.
+			return nil, providers.Wrap(notFoundAs(classify(r.err), providers.ErrPermanent), op, r.err)
+		}
+		return r.list, nil
+	case <-ctx.Done():
+		return nil, providers.Wrap(providers.ErrTransient, op, ctx.Err())
+	}
+}
+
+func (p *Provider) list(ctx context.Context) ([]providers.Instance, error) {
 	it := p.client.AggregatedList(ctx, &computepb.AggregatedListInstancesRequest{
 		Project: p.cfg.Project,
 		Filter:  new(managedFilter),
 	}, p.noRetry)
 	var out []providers.Instance
 	for {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		pair, err := it.Next()
 		if errors.Is(err, iterator.Done) {
 			return out, nil
 		}
 		if err != nil {
-			// A 404 is the project, not an instance: listing cannot succeed as configured.
-			return nil, providers.Wrap(notFoundAs(classify(err), providers.ErrPermanent), op, err)
+			return nil, err
 		}
 		zone := strings.TrimPrefix(pair.Key, "zones/")
 		for _, inst := range pair.Value.GetInstances() {
