@@ -4,6 +4,7 @@
 package factory
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"regexp"
@@ -11,6 +12,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/CHANGEME/proxy-operator/providers"
+	"github.com/CHANGEME/proxy-operator/providers/gcp"
 	"github.com/CHANGEME/proxy-operator/providers/kubernetes"
 	"github.com/CHANGEME/proxy-operator/providers/mock"
 )
@@ -27,6 +29,8 @@ type Entry struct {
 	Mock *mock.Config `json:"mock,omitempty"`
 	// Kubernetes configures in-cluster Squid Pods (returned as Metacontroller children).
 	Kubernetes *kubernetes.Config `json:"kubernetes,omitempty"`
+	// GCP configures Compute Engine VMs; required for type gcp (project has no default).
+	GCP *gcp.Config `json:"gcp,omitempty"`
 }
 
 // Deps are what providers may need from the process.
@@ -82,7 +86,7 @@ func (c Config) Validate() error {
 			return fmt.Errorf("%s: name %q already used by providers[%d]", where, e.Name, j)
 		}
 		seen[e.Name] = i
-		blocks := map[string]bool{"mock": e.Mock != nil, "kubernetes": e.Kubernetes != nil}
+		blocks := map[string]bool{"mock": e.Mock != nil, "kubernetes": e.Kubernetes != nil, "gcp": e.GCP != nil}
 		for typ, set := range blocks {
 			if set && typ != e.Type {
 				return fmt.Errorf("%s: has a %q block but type %q", where, typ, e.Type)
@@ -103,10 +107,17 @@ func (c Config) Validate() error {
 					return fmt.Errorf("%s: %w", where, err)
 				}
 			}
+		case "gcp":
+			if e.GCP == nil {
+				return fmt.Errorf("%s: type gcp needs a gcp block with at least project", where)
+			}
+			if err := e.GCP.Validate(); err != nil {
+				return fmt.Errorf("%s: %w", where, err)
+			}
 		case "":
-			return fmt.Errorf("%s: type is required (one of: mock, kubernetes)", where)
+			return fmt.Errorf("%s: type is required (one of: mock, kubernetes, gcp)", where)
 		default:
-			return fmt.Errorf("%s: unknown type %q (one of: mock, kubernetes)", where, e.Type)
+			return fmt.Errorf("%s: unknown type %q (one of: mock, kubernetes, gcp)", where, e.Type)
 		}
 	}
 	return nil
@@ -131,6 +142,10 @@ func Build(c Config, deps Deps) (*providers.Set, error) {
 				cfg = *e.Kubernetes
 			}
 			p, err = kubernetes.New(cfg)
+		case "gcp":
+			// Background, not a start-up deadline: the auth library may keep this context for
+			// token refreshes for the life of the process.
+			p, err = gcp.New(context.Background(), *e.GCP)
 		default:
 			err = fmt.Errorf("unknown type %q", e.Type)
 		}

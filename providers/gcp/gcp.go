@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	compute "cloud.google.com/go/compute/apiv1"
@@ -121,13 +122,17 @@ type Provider struct {
 	// noRetry turns off the client library's own retries: the sync core owns retrying (with
 	// backoff across syncs), and a retry loop inside one call would spend the hook's deadline.
 	noRetry gax.CallOption
+	// lists counts ListByTag readers still running after their caller gave up, so Close can
+	// wait for them (at most the request timeout) instead of closing the client under them.
+	lists sync.WaitGroup
 }
 
 var _ providers.Provider = (*Provider)(nil)
 
 // New validates cfg and builds the REST client. Credentials are Application Default
 // Credentials unless opts say otherwise (tests point the client at a local stand-in with
-// option.WithEndpoint and option.WithoutAuthentication). ctx is used only while building.
+// option.WithEndpoint and option.WithoutAuthentication). ctx must outlive the provider: the
+// auth library may keep it for token refreshes.
 func New(ctx context.Context, cfg Config, opts ...option.ClientOption) (*Provider, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -177,8 +182,12 @@ func clientDefaults() []option.ClientOption {
 	}
 }
 
-// Close releases the client's connections.
-func (p *Provider) Close() error { return p.client.Close() }
+// Close waits for list readers still running (each ends within the request timeout), then
+// releases the client's connections. No call may start after Close.
+func (p *Provider) Close() error {
+	p.lists.Wait()
+	return p.client.Close()
+}
 
 // Create submits an instances.insert and returns without waiting for the operation. A name
 // that already exists (409) is the instance an earlier Create made, and its ID is returned.
@@ -352,10 +361,10 @@ func (p *Provider) ListByTag(ctx context.Context) ([]providers.Instance, error) 
 		err  error
 	}
 	done := make(chan result, 1)
-	go func() {
+	p.lists.Go(func() {
 		list, err := p.list(ctx)
 		done <- result{list, err}
-	}()
+	})
 	select {
 	case r := <-done:
 		if r.err != nil {

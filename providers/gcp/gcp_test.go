@@ -52,8 +52,10 @@ type computeAPI struct {
 	mu      sync.Mutex
 	calls   []apiCall
 	replies map[string][]reply
-	// hold, when set, is waited on before answering (to make a call outlive its deadline).
-	hold chan struct{}
+	// hold, when set, is waited on before answering (to make a call outlive its deadline);
+	// release closes it once.
+	hold    chan struct{}
+	release sync.Once
 }
 
 func newComputeAPI(t *testing.T) *computeAPI {
@@ -61,12 +63,19 @@ func newComputeAPI(t *testing.T) *computeAPI {
 	a := &computeAPI{t: t, replies: map[string][]reply{}}
 	a.srv = httptest.NewServer(http.HandlerFunc(a.serve))
 	t.Cleanup(func() {
-		if a.hold != nil {
-			close(a.hold)
-		}
+		a.unhold()
 		a.srv.Close()
 	})
 	return a
+}
+
+// unhold lets held requests answer.
+func (a *computeAPI) unhold() {
+	a.release.Do(func() {
+		if a.hold != nil {
+			close(a.hold)
+		}
+	})
 }
 
 func (a *computeAPI) on(method, path string, rs ...reply) {
@@ -132,7 +141,10 @@ func (a *computeAPI) provider(t *testing.T, cfg Config) *Provider {
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	t.Cleanup(func() { _ = p.Close() })
+	t.Cleanup(func() {
+		a.unhold()
+		_ = p.Close()
+	})
 	return p
 }
 
