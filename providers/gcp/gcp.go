@@ -125,7 +125,18 @@ type Provider struct {
 	// lists counts ListByTag readers still running after their caller gave up, so Close can
 	// wait for them (at most the request timeout) instead of closing the client under them.
 	lists sync.WaitGroup
+
+	// inserts are the insert operations still running, by provider ID: a VM that fails after
+	// the insert was accepted (a zone out of machines, most often) simply never appears, and
+	// Get reports the operation's error instead of a bare NotFound that would only make the
+	// sync core insert again, forever and silently. In memory only: after a restart the next
+	// insert is recorded again.
+	mu      sync.Mutex
+	inserts map[string]*compute.Operation
 }
+
+// maxPendingInserts bounds the inserts map; past it an insert is simply not followed.
+const maxPendingInserts = 10000
 
 var _ providers.Provider = (*Provider)(nil)
 
@@ -165,6 +176,7 @@ func New(ctx context.Context, cfg Config, opts ...option.ClientOption) (*Provide
 		timeout: timeout,
 		client:  client,
 		noRetry: gax.WithRetry(func() gax.Retryer { return nil }),
+		inserts: map[string]*compute.Operation{},
 	}, nil
 }
 
@@ -219,7 +231,53 @@ func (p *Provider) Create(ctx context.Context, req providers.CreateRequest) (str
 		}
 		return "", providers.Wrap(operationClass(o.Proto()), op, err)
 	}
+	if !o.Done() {
+		p.mu.Lock()
+		if len(p.inserts) < maxPendingInserts {
+			p.inserts[id] = o
+		}
+		p.mu.Unlock()
+	}
 	return id, nil
+}
+
+// takeInsert removes and returns the insert operation followed for id, if any; the caller
+// owns it (Poll changes it) until it puts it back.
+func (p *Provider) takeInsert(id string) *compute.Operation {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	o := p.inserts[id]
+	delete(p.inserts, id)
+	return o
+}
+
+func (p *Provider) putInsert(id string, o *compute.Operation) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, newer := p.inserts[id]; !newer && len(p.inserts) < maxPendingInserts {
+		p.inserts[id] = o
+	}
+}
+
+// failedInsert polls the insert operation of an instance Get did not find. It returns the
+// operation's error when it failed, and nil when there is none to follow, it succeeded (the VM
+// was made and has since gone), it still runs, or it cannot be read now.
+func (p *Provider) failedInsert(ctx context.Context, id string) error {
+	o := p.takeInsert(id)
+	if o == nil {
+		return nil
+	}
+	// Poll's own error repeats the operation's failure when there is one; the proto below is
+	// what says whether the operation ended, so the error is not needed.
+	_ = o.Poll(ctx, p.noRetry)
+	if !o.Done() {
+		p.putInsert(id, o)
+		return nil
+	}
+	if err := operationError(o.Proto()); err != nil && !errors.Is(err, errAlreadyExists) {
+		return providers.Wrap(operationClass(o.Proto()), "gcp insert", err)
+	}
+	return nil
 }
 
 // instance builds the insert body, or says which required field is missing or malformed.
@@ -317,8 +375,15 @@ func (p *Provider) Get(ctx context.Context, providerID string) (*providers.Insta
 	defer cancel()
 	inst, err := p.client.Get(ctx, &computepb.GetInstanceRequest{Project: project, Zone: zone, Instance: name}, p.noRetry)
 	if err != nil {
-		return nil, providers.Wrap(classify(err), op, err)
+		kind := classify(err)
+		if kind == providers.ErrNotFound {
+			if failed := p.failedInsert(ctx, providerID); failed != nil {
+				return nil, failed
+			}
+		}
+		return nil, providers.Wrap(kind, op, err)
 	}
+	p.takeInsert(providerID)
 	out := toInstance(project, zone, inst)
 	return &out, nil
 }
@@ -330,6 +395,7 @@ func (p *Provider) Delete(ctx context.Context, providerID string) error {
 	if err != nil {
 		return providers.Wrap(providers.ErrPermanent, op, err)
 	}
+	p.takeInsert(providerID)
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
 	o, err := p.client.Delete(ctx, &computepb.DeleteInstanceRequest{Project: project, Zone: zone, Instance: name}, p.noRetry)

@@ -799,3 +799,99 @@ func TestNewRejectsInvalidConfig(t *testing.T) {
 		t.Errorf("err = %v, want \"gcp: project is required\"", err)
 	}
 }
+
+// TestGetReportsFailedInsert: an insert accepted and then failed (the zone has no machines)
+// leaves no instance. Get says why, once, instead of a bare NotFound.
+func TestGetReportsFailedInsert(t *testing.T) {
+	name := providers.InstanceName(testUID)
+	getPath := instancesPath(testZone) + "/" + name
+	opPath := "/compute/v1/projects/" + testProject + "/zones/" + testZone + "/operations/operation-1732981234567-insert"
+	notFound := reply{404, apiError(404, "The resource 'projects/crawl-proj-1/zones/europe-west1-b/instances/"+name+"' was not found", "notFound")}
+	failedOp := func(code, message string, status int) reply {
+		b, _ := json.Marshal(map[string]any{
+			"kind": "compute#operation", "name": "operation-1732981234567-insert", "operationType": "insert",
+			"status": "DONE", "httpErrorStatusCode": status, "httpErrorMessage": "SERVICE UNAVAILABLE",
+			"error": map[string]any{"errors": []any{map[string]any{"code": code, "message": message}}},
+		})
+		return reply{200, string(b)}
+	}
+	tests := []struct {
+		name      string
+		op        reply
+		wantClass error
+		wantMsg   string
+		// wantPolls is how many times the operation is read over two Gets.
+		wantPolls int
+	}{
+		{"zone exhausted", failedOp("ZONE_RESOURCE_POOL_EXHAUSTED", "The zone 'projects/crawl-proj-1/zones/europe-west1-b' does not have enough resources available to fulfill the request.", 503),
+			providers.ErrQuotaExceeded, "ZONE_RESOURCE_POOL_EXHAUSTED", 1},
+		{"image unusable", failedOp("INVALID_USAGE", "Image 'squid-golden' is not ready.", 400),
+			providers.ErrPermanent, "Image 'squid-golden' is not ready", 1},
+		{"succeeded, instance since gone", reply{200, operation("insert", "DONE")}, providers.ErrNotFound, "was not found", 1},
+		{"still running", reply{200, operation("insert", "RUNNING")}, providers.ErrNotFound, "was not found", 2},
+		{"operation unreadable", reply{503, apiError(503, "The service is currently unavailable.", "backendError")}, providers.ErrNotFound, "was not found", 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			api := newComputeAPI(t)
+			api.on("POST", instancesPath(testZone), reply{200, operation("insert", "RUNNING")})
+			api.on("GET", getPath, notFound)
+			api.on("GET", opPath, tt.op)
+			p := api.provider(t, Config{})
+			id, err := p.Create(testCtx(t), createRequest())
+			if err != nil {
+				t.Fatalf("Create: %v", err)
+			}
+
+			got, err := p.Get(testCtx(t), id)
+			if got != nil || providers.Class(err) != tt.wantClass {
+				t.Fatalf("Get = %+v, %v; want class %v", got, err, tt.wantClass)
+			}
+			if !strings.Contains(err.Error(), tt.wantMsg) {
+				t.Errorf("err = %q, want it to contain %q", err, tt.wantMsg)
+			}
+			// Reported once: the next Get is a plain NotFound, so the sync core inserts again
+			// (after its quota wait) instead of failing on an old answer.
+			if _, err := p.Get(testCtx(t), id); tt.wantPolls == 1 && !errors.Is(err, providers.ErrNotFound) {
+				t.Errorf("second Get err = %v, want ErrNotFound", err)
+			}
+			polls := 0
+			for _, c := range api.recorded() {
+				if c.Path == opPath {
+					polls++
+				}
+			}
+			if polls != tt.wantPolls {
+				t.Errorf("operation read %d times, want %d", polls, tt.wantPolls)
+			}
+		})
+	}
+}
+
+func TestFoundOrDeletedInstanceStopsFollowingInsert(t *testing.T) {
+	name := providers.InstanceName(testUID)
+	getPath := instancesPath(testZone) + "/" + name
+	opPath := "/compute/v1/projects/" + testProject + "/zones/" + testZone + "/operations/operation-1732981234567-insert"
+	api := newComputeAPI(t)
+	api.on("POST", instancesPath(testZone), reply{200, operation("insert", "RUNNING")})
+	api.on("GET", getPath,
+		reply{200, instanceJSON(name, testZone, "PROVISIONING", "", managedLabels(testUID, testHash))},
+		reply{404, apiError(404, "not found", "notFound")})
+	api.on("GET", opPath, reply{200, `{"name":"operation-1732981234567-insert","status":"DONE","error":{"errors":[{"code":"QUOTA_EXCEEDED","message":"late"}]}}`})
+	p := api.provider(t, Config{})
+	id, err := p.Create(testCtx(t), createRequest())
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	if _, err := p.Get(testCtx(t), id); err != nil {
+		t.Fatalf("first Get: %v", err)
+	}
+	if _, err := p.Get(testCtx(t), id); !errors.Is(err, providers.ErrNotFound) {
+		t.Errorf("second Get err = %v, want ErrNotFound (the instance was seen: its insert is no longer followed)", err)
+	}
+	for _, c := range api.recorded() {
+		if c.Path == opPath {
+			t.Errorf("operation was read after the instance was seen")
+		}
+	}
+}
