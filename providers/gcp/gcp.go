@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -167,7 +168,7 @@ func New(ctx context.Context, cfg Config, opts ...option.ClientOption) (*Provide
 	}
 	bounded := *hc
 	bounded.Timeout = timeout
-	client, err := compute.NewInstancesRESTClient(ctx, append(opts, option.WithHTTPClient(&bounded))...)
+	client, err := compute.NewInstancesRESTClient(ctx, slices.Concat(opts, []option.ClientOption{option.WithHTTPClient(&bounded)})...)
 	if err != nil {
 		return nil, fmt.Errorf("gcp: instances client: %w", err)
 	}
