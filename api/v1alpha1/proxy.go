@@ -186,7 +186,7 @@ type EndpointSpec struct {
 
 // HealthCheckSpec configures the probe: a GET of ProbeURL through the proxy.
 //
-// +kubebuilder:validation:XValidation:rule="self.timeoutSeconds <= self.intervalSeconds",message="timeoutSeconds must not exceed intervalSeconds"
+// +kubebuilder:validation:XValidation:rule="!has(self.timeoutSeconds) || !has(self.intervalSeconds) || self.timeoutSeconds <= self.intervalSeconds",message="timeoutSeconds must not exceed intervalSeconds"
 type HealthCheckSpec struct {
 	// +kubebuilder:default="https://www.gstatic.com/generate_204"
 	// +kubebuilder:validation:MaxLength=2048
