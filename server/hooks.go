@@ -279,6 +279,13 @@ func (h *Hooks) sync(ctx context.Context, hook string, body []byte, ex *Exchange
 	p.Spec.Default()
 	key := p.Key()
 	in.Health = h.Health.Health(key)
+	if in.Health.State == lifecycle.HealthUnknown && h.Fleet != nil {
+		// First sync since a restart: the prober has not met this proxy yet. Keep what status
+		// recorded rather than flap the fleet to Unknown.
+		if _, seen := h.Fleet.Get(key); !seen {
+			in.Health = lifecycle.RecordedHealth(p.Status)
+		}
+	}
 	ex.Provider, ex.Health = p.Spec.Provider, in.Health
 	log := h.Log.With("proxy", key, "hook", hook)
 
