@@ -24,6 +24,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/CHANGEME/proxy-operator/fleet"
+	"github.com/CHANGEME/proxy-operator/gc"
+	"github.com/CHANGEME/proxy-operator/health"
+	"github.com/CHANGEME/proxy-operator/lease"
 	"github.com/CHANGEME/proxy-operator/providers"
 	"github.com/CHANGEME/proxy-operator/providers/factory"
 	"github.com/CHANGEME/proxy-operator/replay"
@@ -42,6 +45,21 @@ type Config struct {
 	ShutdownGrace   time.Duration
 	// CaptureDir, when set, receives every handled hook call as a replayable fixture.
 	CaptureDir string
+
+	DiscoveryAddr      string
+	DiscoveryTokenFile string
+	LeaseMaxTTL        time.Duration
+	LeaseCooldown      time.Duration
+	LeaseBanCooldown   time.Duration
+	LeaseMaxCooldown   time.Duration
+
+	ProbeWorkers    int
+	HealthResyncQPS float64
+
+	GCInterval     time.Duration
+	GCMinAge       time.Duration
+	GCMaxDeletions int
+	GCDryRun       bool
 }
 
 func parseFlags(args []string, stderr io.Writer) (Config, error) {
@@ -58,6 +76,18 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	fs.DurationVar(&c.FleetWarmup, "fleet-warmup", 3*time.Minute, "time after start before the fleet view is trusted as complete (at least the CompositeController's resyncPeriodSeconds)")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 20*time.Second, "time allowed for in-flight requests at shutdown")
 	fs.StringVar(&c.CaptureDir, "capture-dir", "", "write every handled hook call as a fixture folder under this directory (debugging; replay with 'proxy-operator replay DIR')")
+	fs.StringVar(&c.DiscoveryAddr, "discovery-addr", ":8090", "listen address of the discovery and lease API")
+	fs.StringVar(&c.DiscoveryTokenFile, "discovery-token-file", "", "file holding the discovery API bearer token (wins over DISCOVERY_TOKEN); empty token: auth off")
+	fs.DurationVar(&c.LeaseMaxTTL, "lease-max-ttl", time.Hour, "longest lease TTL a client may ask for")
+	fs.DurationVar(&c.LeaseCooldown, "lease-cooldown", 15*time.Minute, "cooldown of a proxy for a target after a rate_limited report")
+	fs.DurationVar(&c.LeaseBanCooldown, "lease-ban-cooldown", time.Hour, "cooldown of a proxy for a target after a banned report")
+	fs.DurationVar(&c.LeaseMaxCooldown, "lease-max-cooldown", 24*time.Hour, "cap of a cooldown grown by repeated reports")
+	fs.IntVar(&c.ProbeWorkers, "probe-workers", health.DefaultWorkers, "most probes in flight at once")
+	fs.Float64Var(&c.HealthResyncQPS, "health-resync-qps", health.DefaultResyncQPS, "reads per second that steady-state health resyncs may cost Metacontroller")
+	fs.DurationVar(&c.GCInterval, "gc-interval", gc.DefaultInterval, "time between orphan GC sweeps (0 disables GC)")
+	fs.DurationVar(&c.GCMinAge, "gc-min-age", gc.DefaultMinAge, "never delete an instance younger than this")
+	fs.IntVar(&c.GCMaxDeletions, "gc-max-deletions", 20, "a sweep finding more orphans than this deletes none (-1: no limit)")
+	fs.BoolVar(&c.GCDryRun, "gc-dry-run", false, "log the orphans GC would delete, delete none")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
 	}
@@ -72,6 +102,15 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	}
 	if c.ProviderTimeout <= 0 || c.MaxBodyBytes <= 0 || c.FleetWarmup < 0 {
 		return Config{}, fmt.Errorf("-provider-timeout and -max-hook-body-bytes must be positive, -fleet-warmup not negative")
+	}
+	if c.LeaseMaxTTL <= 0 || c.LeaseCooldown <= 0 || c.LeaseBanCooldown <= 0 || c.LeaseMaxCooldown < c.LeaseBanCooldown || c.LeaseMaxCooldown < c.LeaseCooldown {
+		return Config{}, fmt.Errorf("-lease-max-ttl and the cooldowns must be positive, -lease-max-cooldown at least each cooldown")
+	}
+	if c.ProbeWorkers <= 0 || c.HealthResyncQPS <= 0 {
+		return Config{}, fmt.Errorf("-probe-workers and -health-resync-qps must be positive")
+	}
+	if c.GCInterval < 0 || c.GCMinAge <= 0 {
+		return Config{}, fmt.Errorf("-gc-interval must not be negative, -gc-min-age must be positive")
 	}
 	return c, nil
 }
@@ -106,9 +145,16 @@ func dispatch(args []string) error {
 	return run(ctx, cfg, newLogger(cfg, os.Stderr), nil)
 }
 
-// run builds the operator and serves until ctx ends. If ready is non-nil it receives the
-// bound hook address once the server listens (for tests that boot the process in-process).
-func run(ctx context.Context, cfg Config, log *slog.Logger, ready chan<- string) error {
+// listening is where run's servers listen, sent once both are bound.
+type listening struct {
+	Hook, Discovery string
+}
+
+// run builds the operator and serves until ctx ends. If ready is non-nil it receives the bound
+// addresses once the servers listen (for tests that boot the process in-process).
+func run(ctx context.Context, cfg Config, log *slog.Logger, ready chan<- listening) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
@@ -126,11 +172,24 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, ready chan<- string)
 	for _, e := range set.Entries() {
 		log.Info("provider configured", "provider", e.Name, "type", e.Type)
 	}
+	token, err := server.DiscoveryToken(os.Getenv("DISCOVERY_TOKEN"), cfg.DiscoveryTokenFile)
+	if err != nil {
+		return err
+	}
 
 	view := fleet.New(time.Now, cfg.FleetWarmup)
+	prober := health.NewHTTPProber(nil)
+	defer prober.Close()
+	sched, err := health.New(health.Config{View: view, Prober: prober, Workers: cfg.ProbeWorkers,
+		Registerer: reg, Log: log.With("component", "health")})
+	if err != nil {
+		return err
+	}
 	hooks := &server.Hooks{
 		Providers:       set,
 		Fleet:           view,
+		Health:          sched,
+		HealthResync:    health.ResyncPolicy{QPS: cfg.HealthResyncQPS}.After,
 		Log:             log,
 		Registry:        reg,
 		MaxBodyBytes:    cfg.MaxBodyBytes,
@@ -144,30 +203,82 @@ func run(ctx context.Context, cfg Config, log *slog.Logger, ready chan<- string)
 		hooks.Recorder = rec
 		log.Warn("capturing every hook call", "dir", cfg.CaptureDir)
 	}
+	store := lease.NewMemory(lease.Config{
+		Fleet: view, Health: sched, Now: time.Now,
+		RateLimitedCooldown: cfg.LeaseCooldown,
+		BannedCooldown:      cfg.LeaseBanCooldown,
+		MaxCooldown:         cfg.LeaseMaxCooldown,
+	})
+	disc := &server.Discovery{Fleet: view, Health: sched, Leases: store, Token: token,
+		Log: log.With("component", "discovery"), Registerer: reg, MaxTTL: cfg.LeaseMaxTTL}
+
+	var collector *gc.Collector
+	if cfg.GCInterval > 0 {
+		srcs, err := gc.DefaultSources(view)
+		if err != nil {
+			return fmt.Errorf("gc: %w", err)
+		}
+		collector, err = gc.New(gc.Config{Providers: set, Sources: srcs, Interval: cfg.GCInterval, MinAge: cfg.GCMinAge,
+			MaxDeletions: cfg.GCMaxDeletions, DryRun: cfg.GCDryRun, Log: log.With("component", "gc"), Registerer: reg})
+		if err != nil {
+			return err
+		}
+		log.Info("orphan gc enabled", "source", srcs[0].Name(), "interval", cfg.GCInterval.String(), "dryRun", cfg.GCDryRun)
+	}
+
 	hookSrv := newHTTPServer(hooks.Handler(), cfg.ProviderTimeout)
-	ln, err := net.Listen("tcp", cfg.HookAddr)
+	discSrv := disc.Server("")
+	hookLn, err := net.Listen("tcp", cfg.HookAddr)
 	if err != nil {
 		return fmt.Errorf("hook listener: %w", err)
 	}
-	log.Info("hook server listening", "addr", ln.Addr().String())
-	if ready != nil {
-		ready <- ln.Addr().String()
+	discLn, err := net.Listen("tcp", cfg.DiscoveryAddr)
+	if err != nil {
+		hookLn.Close()
+		return fmt.Errorf("discovery listener: %w", err)
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- hookSrv.Serve(ln) }()
+	log.Info("listening", "hooks", hookLn.Addr().String(), "discovery", discLn.Addr().String())
 
+	errc := make(chan error, 5)
+	go func() { errc <- fmt.Errorf("hook server: %w", hookSrv.Serve(hookLn)) }()
+	go func() { errc <- fmt.Errorf("discovery server: %w", discSrv.Serve(discLn)) }()
+	// Background loops return nil when ctx ends; an early return is a failure of the process.
+	background := []func(context.Context) error{sched.Run, store.Run}
+	if collector != nil {
+		background = append(background, collector.Run)
+	}
+	done := make(chan struct{}, len(background))
+	for _, loop := range background {
+		go func() {
+			if err := loop(ctx); err != nil {
+				errc <- err
+			}
+			done <- struct{}{}
+		}()
+	}
+	if ready != nil {
+		ready <- listening{Hook: hookLn.Addr().String(), Discovery: discLn.Addr().String()}
+	}
+
+	var runErr error
 	select {
-	case err := <-errc:
-		return fmt.Errorf("hook server: %w", err)
+	case runErr = <-errc:
 	case <-ctx.Done():
 	}
 	log.Info("shutting down")
-	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace)
-	defer cancel()
-	if err := hookSrv.Shutdown(sctx); err != nil {
-		return fmt.Errorf("hook server shutdown: %w", err)
+	sctx, scancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace)
+	defer scancel()
+	if err := hookSrv.Shutdown(sctx); err != nil && runErr == nil {
+		runErr = fmt.Errorf("hook server shutdown: %w", err)
 	}
-	return nil
+	if err := discSrv.Shutdown(sctx); err != nil && runErr == nil {
+		runErr = fmt.Errorf("discovery server shutdown: %w", err)
+	}
+	cancel()
+	for range background {
+		<-done
+	}
+	return runErr
 }
 
 // newHTTPServer sets every timeout: a hook may make two provider calls, so writes get room.

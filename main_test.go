@@ -69,17 +69,18 @@ func TestCaptureThenReplay(t *testing.T) {
 	if err := os.WriteFile(pcfg, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := parseFlags([]string{"-hook-addr", "127.0.0.1:0", "-providers-config", pcfg, "-capture-dir", capture}, io.Discard)
+	cfg, err := parseFlags([]string{"-hook-addr", "127.0.0.1:0", "-discovery-addr", "127.0.0.1:0", "-providers-config", pcfg, "-capture-dir", capture}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan string, 1)
+	ready := make(chan listening, 1)
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, cfg, slog.New(slog.DiscardHandler), ready) }()
 	var addr string
 	select {
-	case addr = <-ready:
+	case l := <-ready:
+		addr = l.Hook
 	case err := <-done:
 		t.Fatalf("run: %v", err)
 	case <-time.After(10 * time.Second):
