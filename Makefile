@@ -3,7 +3,7 @@ GO            ?= go
 CONTROLLER_GEN = $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.21.0
 BIN           ?= bin/proxy-operator
 IMG           ?= proxy-operator:dev
-RUN_ARGS      ?= -hook-addr 127.0.0.1:8080 -log-format text
+RUN_ARGS      ?= -hook-addr 127.0.0.1:8080 -discovery-addr 127.0.0.1:8090 -log-format text -fleet-warmup 5s -gc-min-age 1m
 
 .PHONY: build run test generate verify vet fmt bench bench-probes bench-discovery docker-build
 

@@ -55,7 +55,7 @@ func serve(log *slog.Logger, h handlerFunc) http.HandlerFunc {
 		if !errors.As(err, &e) {
 			log.Error("handler failed", "method", r.Method, "path", r.URL.Path, "err", err)
 			e = &Error{Code: http.StatusInternalServerError, Message: "internal error"}
-		} else if e.Code >= 500 {
+		} else if e.Code >= 500 && e.RetryAfter == 0 {
 			log.Error("handler failed", "method", r.Method, "path", r.URL.Path, "err", err)
 		} else {
 			log.Debug("request rejected", "method", r.Method, "path", r.URL.Path, "code", e.Code, "err", err)
