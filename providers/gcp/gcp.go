@@ -7,7 +7,6 @@ package gcp
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -64,30 +63,8 @@ type Config struct {
 	RequestTimeout Duration `json:"requestTimeout,omitempty"`
 }
 
-// Duration is a time.Duration that reads "30s" from YAML/JSON.
-type Duration time.Duration
-
-// UnmarshalJSON accepts a Go duration string.
-func (d *Duration) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("duration must be a string like \"30s\": %w", err)
-	}
-	v, err := time.ParseDuration(s)
-	if err != nil {
-		return fmt.Errorf("bad duration %q: %w", s, err)
-	}
-	if v < 0 {
-		return fmt.Errorf("duration %q must not be negative", s)
-	}
-	*d = Duration(v)
-	return nil
-}
-
-// MarshalJSON writes the duration back as a Go duration string.
-func (d Duration) MarshalJSON() ([]byte, error) {
-	return json.Marshal(time.Duration(d).String())
-}
+// Duration is the providers config duration ("5s").
+type Duration = providers.Duration
 
 var (
 	// projectRE accepts project IDs, including the legacy domain-scoped "example.com:name".

@@ -7,7 +7,6 @@ package mock
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/json"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -31,28 +30,8 @@ type Config struct {
 // DefaultProvisioningDelay is the Provisioning time when the config does not say.
 const DefaultProvisioningDelay = 5 * time.Second
 
-// Duration is a time.Duration that reads "5s" from YAML/JSON.
-type Duration time.Duration
-
-// UnmarshalJSON accepts a Go duration string.
-func (d *Duration) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("duration must be a string like \"5s\": %w", err)
-	}
-	v, err := time.ParseDuration(s)
-	if err != nil {
-		return fmt.Errorf("bad duration %q: %w", s, err)
-	}
-	if v < 0 {
-		return fmt.Errorf("duration %q must not be negative", s)
-	}
-	*d = Duration(v)
-	return nil
-}
-
-// MarshalJSON writes the Go duration string.
-func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+// Duration is the providers config duration ("5s").
+type Duration = providers.Duration
 
 // Fault makes the next Count calls of Op fail with an error of class Kind.
 type Fault struct {
