@@ -5,7 +5,7 @@ BIN           ?= bin/proxy-operator
 IMG           ?= proxy-operator:dev
 RUN_ARGS      ?= -hook-addr 127.0.0.1:8080 -discovery-addr 127.0.0.1:8090 -log-format text -fleet-warmup 5s -gc-min-age 1m
 
-.PHONY: build run test generate verify vet fmt bench bench-probes bench-discovery docker-build
+.PHONY: build run test generate verify vet fmt bench bench-probes bench-discovery docker-build fuzz load
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN) .
@@ -41,6 +41,24 @@ bench-probes:
 bench-discovery:
 	$(GO) test -run '^$$' -bench BenchmarkDiscoveryLease -benchtime 3x ./server/
 	$(GO) test -run '^$$' -bench BenchmarkAcquireRelease -benchtime 1s ./lease/
+
+# fuzz runs every fuzz target in the module for FUZZTIME each, one after another (go test
+# -fuzz takes one target per run). CI runs it with FUZZTIME=10s; a crash is saved under the
+# package's testdata/fuzz/ and fails the run.
+FUZZTIME ?= 20s
+fuzz:
+	@set -e; for f in $$(grep -rl --include='*_test.go' '^func Fuzz' . | sort); do \
+	  for name in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$f); do \
+	    echo "== fuzz $$name in $$(dirname $$f) for $(FUZZTIME)"; \
+	    $(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$(dirname $$f); \
+	  done; \
+	done
+
+# load: the discovery API under 64 crawlers for LOAD_SECONDS (60) while probes flip health and
+# syncs arrive; prints p50/p99 of both servers (make test runs the same test for 5 s, with -race).
+LOAD_SECONDS ?= 60
+load:
+	LOAD_SECONDS=$(LOAD_SECONDS) $(GO) test -run '^TestLoad$$' -count=1 -v -timeout 10m ./reliability/
 
 # Needs a Docker engine; IMG names the image (default proxy-operator:dev, what metacontroller/ deploys).
 docker-build:
