@@ -1,15 +1,21 @@
 package reliability
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/api/option"
+
+	"github.com/CHANGEME/proxy-operator/providers"
 	"github.com/CHANGEME/proxy-operator/providers/factory"
+	"github.com/CHANGEME/proxy-operator/providers/gcp"
 )
 
 // The table's surfaces.
@@ -92,6 +98,8 @@ func badInputs() []badInput {
 		{name: "spec cloud-init Secret missing", surface: hookSurface, method: "POST", path: "/sync", body: proxyBody("p6", `{"mode":"Managed","provider":"mock","cloudInit":{"secretRef":{"name":"init","key":"user-data"}}}`, ""), code: 200, phase: "Pending", reason: "CloudInitError", says: "secret crawl/init not found, or not labelled"},
 		{name: "spec cloud-init Secret unlabelled", surface: hookSurface, method: "POST", path: "/sync", body: proxyBody("p7", `{"mode":"Managed","provider":"mock","cloudInit":{"secretRef":{"name":"init","key":"user-data"}}}`, unlabelled), code: 200, phase: "Pending", reason: "CloudInitError", says: "is not labelled crawl.example.com/cloud-init=true"},
 		{name: "spec cloud-init Secret lacks the key", surface: hookSurface, method: "POST", path: "/sync", body: proxyBody("p8", `{"mode":"Managed","provider":"mock","cloudInit":{"secretRef":{"name":"init","key":"user-data"}}}`, labelled), code: 200, phase: "Pending", reason: "CloudInitError", says: `has no key "user-data"`},
+		{name: "spec gcp without zone", surface: hookSurface, method: "POST", path: "/sync", body: proxyBody("p10", `{"mode":"Managed","provider":"gcp","placement":{"machineType":"e2-micro","image":"projects/debian-cloud/global/images/family/debian-12"}}`, ""), code: 200, phase: "Failed", reason: "PermanentError", says: "placement.zone is required"},
+		{name: "spec gcp zone not a zone", surface: hookSurface, method: "POST", path: "/sync", body: proxyBody("p11", `{"mode":"Managed","provider":"gcp","placement":{"zone":"Europe/West1","machineType":"e2-micro","image":"projects/debian-cloud/global/images/family/debian-12"}}`, ""), code: 200, phase: "Failed", reason: "PermanentError", says: `placement.zone "Europe/West1" is not a zone name`},
 		{name: "spec probe URL not http", surface: hookSurface, method: "POST", path: "/sync", body: proxyBody("p9", `{"mode":"Managed","provider":"mock","healthCheck":{"probeURL":"ftp://x"}}`, ""), code: 200, phase: "Failed", reason: "InvalidSpec", says: "spec.healthCheck.probeURL"},
 
 		// Discovery API bodies, query strings and auth, through the real router and listener.
@@ -132,7 +140,19 @@ func badInputs() []badInput {
 
 // TestBadInput runs every row of the table against one operator assembled as main.go does.
 func TestBadInput(t *testing.T) {
-	op := bootOperator(t, operatorOpts{token: badToken})
+	// The real GCP client against a stand-in that must never be reached: a spec that cannot
+	// make a VM is refused before any call.
+	standIn := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t.Errorf("the GCP stand-in was called: %s %s", r.Method, r.URL.Path)
+		http.Error(w, `{"error":{"code":500,"message":"unexpected"}}`, http.StatusInternalServerError)
+	}))
+	defer standIn.Close()
+	gp, err := gcp.New(context.Background(), gcp.Config{Project: "my-project"}, option.WithEndpoint(standIn.URL), option.WithoutAuthentication())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gp.Close()
+	op := bootOperator(t, operatorOpts{token: badToken, extra: []providers.Entry{{Name: "gcp", Type: "gcp", Provider: gp}}})
 	client := &http.Client{Timeout: 30 * time.Second}
 	for _, tc := range badInputs() {
 		t.Run(tc.surface+"/"+tc.name, func(t *testing.T) {

@@ -31,6 +31,8 @@ type operatorOpts struct {
 	// healthLog receives the prober's transitions (nil: discarded).
 	healthLog slog.Handler
 	cooldown  time.Duration
+	// extra providers join the configured ones (a GCP provider pointed at a stand-in).
+	extra []providers.Entry
 }
 
 // operator is the process assembled the way main.go's run does it: one provider set, one fleet
@@ -59,6 +61,9 @@ func bootOperator(t testing.TB, o operatorOpts) *operator {
 	set, err := factory.Build(pcfg, factory.Deps{Metrics: providers.NewMetrics(reg)})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(o.extra) > 0 {
+		set = providers.NewSet(append(set.Entries(), o.extra...)...)
 	}
 	view := fleet.New(time.Now, o.warmup)
 	prober := health.NewHTTPProber(nil)
