@@ -32,8 +32,10 @@ const (
 	maxLeasesPerProxy  = 3
 	syncsPerSecond     = 40
 	// healthSlack is how long after the prober logs a transition it may take to publish it:
-	// the log line comes first, the verdict is published right after.
-	healthSlack = 100 * time.Millisecond
+	// the log line comes first, the verdict is published right after, but a pause of the
+	// process (GC, -race on a busy machine) can fall between the two. A stub stays down for
+	// many seconds on average, so a store that ignored health would still be caught.
+	healthSlack = time.Second
 	// hookBudget is well inside Metacontroller's 10 s hook timeout.
 	hookBudget = 5 * time.Second
 )
@@ -317,6 +319,7 @@ func TestLoad(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 
+	loadStart := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(seconds)*time.Second)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -531,10 +534,14 @@ func TestLoad(t *testing.T) {
 	answers.mu.Lock()
 	t.Logf("answers by operation and status: %v", answers.n)
 	answers.mu.Unlock()
-	flips := 0
+	flips := 0 // transitions during the load, not the first verdicts before it
 	tr.mu.Lock()
-	for _, x := range tr.log {
-		flips += len(x)
+	for _, xs := range tr.log {
+		for _, x := range xs {
+			if x.at.After(loadStart) {
+				flips++
+			}
+		}
 	}
 	tr.mu.Unlock()
 	gapMu.Lock()
@@ -555,7 +562,7 @@ func TestLoad(t *testing.T) {
 		t.Errorf("hook p99 %s, want under %s (Metacontroller times a hook out at 10 s)", p99, hookBudget)
 	}
 	// A run that leased nothing, flipped nothing or never churned proved nothing.
-	if grants == 0 || flips <= len(fleet) || len(gaps) == 0 && seconds >= 2 {
+	if grants == 0 || seconds >= 2 && (flips == 0 || len(gaps) == 0) {
 		t.Errorf("the load did not exercise the operator: %d grants, %d health transitions, %d re-creations", grants, flips, len(gaps))
 	}
 	if int64(grants) != granted.Load() {
