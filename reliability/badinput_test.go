@@ -181,6 +181,13 @@ func TestBadInput(t *testing.T) {
 			}
 		})
 	}
+	// No row may give the prober an address: a probe of a Proxy the table made up could leave
+	// the machine (the default probe URL is public).
+	for _, p := range op.view.List() {
+		if p.IP != "" {
+			t.Errorf("bad input left %s in the fleet with address %s", p.Key, p.IP)
+		}
+	}
 }
 
 // call makes one request and returns the status and body. token "-" sends no Authorization.
