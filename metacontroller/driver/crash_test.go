@@ -187,6 +187,24 @@ func (s *sim) beforeApply(key string, resp *metacontroller.SyncResponse) bool {
 	s.stats.kills[kind]++
 	s.logf("KILL %s (%s) dropping phase=%s providerID=%s", key, kind, st.Phase, st.ProviderID)
 	s.op.restart()
+	// The user acts while the operator is down, before anything recorded what it did: the
+	// instance the dead process made is now known only by its tags.
+	if p, ok := s.specs[live.Name]; ok && live.DeletionTimestamp == nil {
+		switch s.rng.IntN(3) {
+		case 0:
+			s.stats.kills[kind+"+delete"]++
+			if err := s.deleteProxy(p.Name); err != nil {
+				s.logf("delete failed: %v", err)
+			}
+		case 1:
+			if p.Spec.Mode == v1.ModeManaged {
+				s.stats.kills[kind+"+change"]++
+				if err := s.changeProxy(p.Name); err != nil {
+					s.logf("change failed: %v", err)
+				}
+			}
+		}
+	}
 	return false
 }
 
@@ -323,22 +341,12 @@ func (s *sim) act() error {
 		if len(managedLive) == 0 {
 			return nil
 		}
-		p := s.specs[managedLive[s.rng.IntN(len(managedLive))]]
-		what := s.change(p)
-		s.stats.changes++
-		s.logf("change %s %s", p.Key(), what)
-		return s.d.Apply(p)
+		return s.changeProxy(managedLive[s.rng.IntN(len(managedLive))])
 	case r < 62:
 		if len(live) == 0 {
 			return nil
 		}
-		p := s.specs[live[s.rng.IntN(len(live))]]
-		got, _ := s.d.Get(p.Key())
-		s.deleted[string(got.UID)] = true
-		delete(s.specs, p.Name)
-		s.stats.deletes++
-		s.logf("delete %s uid=%s", p.Key(), got.UID)
-		return s.d.Delete(p.Key())
+		return s.deleteProxy(live[s.rng.IntN(len(live))])
 	case r < 90:
 		f := mock.Fault{Op: faultOps[s.rng.IntN(len(faultOps))], Kind: faultKinds[s.rng.IntN(len(faultKinds))], Count: 1 + s.rng.IntN(2)}
 		s.stats.faults[f.Op+"/"+f.Kind]++
@@ -351,6 +359,24 @@ func (s *sim) act() error {
 		s.op.restart()
 		return nil
 	}
+}
+
+func (s *sim) changeProxy(name string) error {
+	p := s.specs[name]
+	what := s.change(p)
+	s.stats.changes++
+	s.logf("change %s %s", p.Key(), what)
+	return s.d.Apply(p)
+}
+
+func (s *sim) deleteProxy(name string) error {
+	p := s.specs[name]
+	got, _ := s.d.Get(p.Key())
+	s.deleted[string(got.UID)] = true
+	delete(s.specs, p.Name)
+	s.stats.deletes++
+	s.logf("delete %s uid=%s", p.Key(), got.UID)
+	return s.d.Delete(p.Key())
 }
 
 // drainFaults consumes every armed fault, as an outage that ends.
