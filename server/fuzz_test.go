@@ -13,6 +13,7 @@ import (
 	"github.com/CHANGEME/proxy-operator/fleet"
 	"github.com/CHANGEME/proxy-operator/metacontroller"
 	"github.com/CHANGEME/proxy-operator/providers"
+	"github.com/CHANGEME/proxy-operator/providers/kubernetes"
 	"github.com/CHANGEME/proxy-operator/providers/mock"
 	"github.com/CHANGEME/proxy-operator/server"
 )
@@ -26,8 +27,13 @@ func fuzzHooks(t testing.TB) http.Handler {
 	if err != nil {
 		t.Fatal(err)
 	}
+	pods, err := kubernetes.New(kubernetes.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	h := &server.Hooks{
-		Providers: providers.NewSet(providers.Entry{Name: "mock", Type: "mock", Provider: mp}),
+		Providers: providers.NewSet(providers.Entry{Name: "mock", Type: "mock", Provider: mp},
+			providers.Entry{Name: "pods", Type: "kubernetes", Provider: pods}),
 		Fleet:     fleet.New(clock, time.Minute),
 		Now:       clock,
 	}
@@ -45,6 +51,8 @@ func seedBodies(t testing.TB, hook string) [][]byte {
 		[]byte(`{"parent":{"metadata":{"name":"p","namespace":"n","uid":"u"},"spec":{"mode":"Managed","provider":"mock","cloudInit":{"secretRef":{"name":"s","key":"k"}}}},"related":{"Secret.v1":{"n/s":{"metadata":{"labels":{"crawl.example.com/cloud-init":"true"}},"data":{"k":"aGk="}}}}}`),
 	}
 	files, _ := filepath.Glob(filepath.Join("..", "testdata", hook, "*", "request.json"))
+	pods, _ := filepath.Glob(filepath.Join("..", "testdata", "kubernetes", hook, "*", "request.json"))
+	files = append(files, pods...)
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err == nil {
