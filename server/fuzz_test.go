@@ -34,8 +34,8 @@ func fuzzHooks(t testing.TB) http.Handler {
 	h := &server.Hooks{
 		Providers: providers.NewSet(providers.Entry{Name: "mock", Type: "mock", Provider: mp},
 			providers.Entry{Name: "pods", Type: "kubernetes", Provider: pods}),
-		Fleet:     fleet.New(clock, time.Minute),
-		Now:       clock,
+		Fleet: fleet.New(clock, time.Minute),
+		Now:   clock,
 	}
 	return h.Handler()
 }
