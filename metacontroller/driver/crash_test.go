@@ -516,9 +516,18 @@ func (s *sim) run() error {
 			return fmt.Errorf("leaked instance %s of owner %s (deleted: %v)", in.ID, in.OwnerUID, s.deleted[in.OwnerUID])
 		}
 	}
+	// GC trusts the last incarnation's fleet view, as it does outside a cluster: by now it has
+	// been refilled by resyncs. An empty fleet is never trusted by that source, so the API
+	// server's answer (the driver's parents) stands in when every Proxy is gone.
+	var src gc.LiveSource = driverLive{s.d}
+	if len(live) > 0 {
+		s.op.mu.Lock()
+		src = gc.FleetSource{View: s.op.view}
+		s.op.mu.Unlock()
+	}
 	col, err := gc.New(gc.Config{
 		Providers: providers.NewSet(providers.Entry{Name: "mock", Type: "mock", Provider: s.cloud}),
-		Sources:   []gc.LiveSource{driverLive{s.d}},
+		Sources:   []gc.LiveSource{src},
 		Now:       func() time.Time { return s.clock.Now().Add(gc.DefaultMinAge + time.Minute) },
 	})
 	if err != nil {
