@@ -348,12 +348,13 @@ func (h *Hooks) observe(ctx context.Context, e providers.Entry, p *v1.Proxy, fin
 		}
 		return inst, err
 	}
-	if !finalizing {
+	if !finalizing && p.Status.Phase != v1.PhaseFailed {
 		// Create is idempotent by name: a lost status write is repaired by creating again.
 		return nil, nil
 	}
-	// Finalizing with no recorded ID: a crash between Create and the status write may have
-	// left an instance only its tags can find.
+	// Finalizing, or Failed, with no recorded ID: a crash between Create and the status write
+	// may have left an instance only its tags can find. A Failed Proxy calls Create no more
+	// (a permanent error waits for a spec change), so creating again would never find it.
 	all, err := e.Provider.ListByTag(ctx)
 	if err != nil {
 		return nil, err

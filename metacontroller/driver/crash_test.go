@@ -91,6 +91,7 @@ type crashStats struct {
 	kills                             map[string]int
 	faults                            map[string]int
 	creates, changes, deletes         int
+	terminated                        int
 	acceptedFailed, fixedFailed       int
 	gcDeleted                         int
 }
@@ -103,6 +104,7 @@ func (c *crashStats) add(o crashStats) {
 	c.creates += o.creates
 	c.changes += o.changes
 	c.deletes += o.deletes
+	c.terminated += o.terminated
 	c.acceptedFailed += o.acceptedFailed
 	c.fixedFailed += o.fixedFailed
 	c.gcDeleted += o.gcDeleted
@@ -347,11 +349,26 @@ func (s *sim) act() error {
 			return nil
 		}
 		return s.deleteProxy(live[s.rng.IntN(len(live))])
-	case r < 90:
+	case r < 84:
 		f := mock.Fault{Op: faultOps[s.rng.IntN(len(faultOps))], Kind: faultKinds[s.rng.IntN(len(faultKinds))], Count: 1 + s.rng.IntN(2)}
 		s.stats.faults[f.Op+"/"+f.Kind]++
 		s.logf("fault %s/%s x%d", f.Op, f.Kind, f.Count)
 		return s.cloud.Inject(f)
+	case r < 90:
+		// The cloud stops a machine behind the operator's back: it must be replaced.
+		insts := s.cloud.Instances()
+		if len(insts) == 0 {
+			return nil
+		}
+		in := insts[s.rng.IntN(len(insts))]
+		if in.ID == s.orphan {
+			return nil
+		}
+		in.State = providers.StateTerminated
+		s.cloud.Seed(in)
+		s.stats.terminated++
+		s.logf("cloud terminates %s of %s", in.ID, in.OwnerUID)
+		return nil
 	default:
 		// A crash while idle: no answer is lost, but the memory (backoffs, fleet view) is.
 		s.stats.kills["idle"]++
@@ -429,8 +446,10 @@ func (s *sim) converged() error {
 		}
 		// Ready alone is not the end: a Ready proxy waiting out an observe error keeps its
 		// phase but says so in Provisioned until the wait is over.
+		// A status can also be Ready only because no sync has seen the cloud stop the machine
+		// yet: the end state needs the cloud to agree.
 		if p.Status.Phase == v1.PhaseReady && p.Status.ObservedGeneration == p.Generation &&
-			condition(p.Status, v1.ConditionProvisioned).Status == metav1.ConditionTrue {
+			condition(p.Status, v1.ConditionProvisioned).Status == metav1.ConditionTrue && s.cloudAgrees(p) {
 			continue
 		}
 		if !s.fixed[k] && s.permanentlyFailed(p) {
@@ -448,6 +467,16 @@ func (s *sim) statuses() map[string]v1.ProxyStatus {
 		out[k], _ = s.d.Status(k)
 	}
 	return out
+}
+
+// cloudAgrees: an External proxy owns nothing; a Managed one owns exactly its recorded,
+// running machine.
+func (s *sim) cloudAgrees(p v1.Proxy) bool {
+	insts := s.ownerInstances(string(p.UID))
+	if p.Spec.Mode == v1.ModeExternal {
+		return len(insts) == 0
+	}
+	return len(insts) == 1 && insts[0].ID == p.Status.ProviderID && insts[0].State == providers.StateRunning
 }
 
 // driverLive is the live-UID source a cluster's API server would be: the driver's parents.
@@ -643,8 +672,8 @@ func TestCrashSafety(t *testing.T) {
 		}
 	}
 	t.Logf("%d schedules: %d syncs, %d steps, %d restarts; %d creates, %d spec changes, %d deletes; "+
-		"%d permanent failures fixed by a spec change, %d left Failed as expected; gc deleted %d (the planted orphans)",
-		total.schedules, total.syncs, total.steps, total.restarts, total.creates, total.changes, total.deletes,
+		"%d machines terminated by the cloud; %d permanent failures fixed by a spec change, %d left Failed as expected; gc deleted %d (the planted orphans)",
+		total.schedules, total.syncs, total.steps, total.restarts, total.creates, total.changes, total.deletes, total.terminated,
 		total.fixedFailed, total.acceptedFailed, total.gcDeleted)
 	t.Logf("kills by point: %v", total.kills)
 	t.Logf("faults injected by op/class: %v", total.faults)
@@ -666,5 +695,38 @@ func TestCrashSafety(t *testing.T) {
 	}
 	if want := n / 50; total.fixedFailed < want || total.acceptedFailed < want {
 		t.Errorf("only %d fixed and %d accepted permanent failures, want at least %d each", total.fixedFailed, total.acceptedFailed, want)
+	}
+}
+
+// TestPermanentCreateErrorAfterLostStatusWrite is crash seed 4116 made small: the create
+// succeeded but its status write was lost, and the retried create failed as permanent. The
+// Proxy must not stay Failed ("nothing created, no retries") while its machine runs
+// unrecorded: the operator has to find it.
+func TestPermanentCreateErrorAfterLostStatusWrite(t *testing.T) {
+	e := newEnv(t)
+	p := managed("edge-1", "local-a")
+	e.health.set(p.Key(), lifecycle.HealthHealthy, start)
+	dropped := false
+	e.d.BeforeApply = func(key string, resp *metacontroller.SyncResponse) bool {
+		if !dropped && len(e.mock.Instances()) == 1 {
+			dropped = true
+			if err := e.mock.Inject(mock.Fault{Op: "create", Kind: "permanent"}); err != nil {
+				t.Error(err)
+			}
+			return false
+		}
+		return true
+	}
+	if err := e.d.Apply(p); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.d.RunUntil(e.ready(p.Key()), 10*time.Minute); err != nil {
+		st, _ := e.d.Status(p.Key())
+		c := condition(st, v1.ConditionProvisioned)
+		t.Fatalf("not Ready: %v; phase %s providerID %q (%s: %s); instances %+v", err, st.Phase, st.ProviderID, c.Reason, c.Message, e.mock.Instances())
+	}
+	insts := e.mock.Instances()
+	if st, _ := e.d.Status(p.Key()); len(insts) != 1 || insts[0].ID != st.ProviderID {
+		t.Errorf("status records %q, instances %+v; want the one machine recorded", st.ProviderID, insts)
 	}
 }
