@@ -430,11 +430,17 @@ func (s *sim) ownerInstances(uid string) []providers.Instance {
 	return out
 }
 
-// permanentlyFailed is the one failure state a converged schedule may leave: a create refused
-// as permanent, not retried until the spec changes, and nothing created.
+// permanentlyFailed is the one failure state a converged schedule may leave: a create of the
+// current spec refused as permanent, not retried until the spec changes, and nothing created.
+// (A Failed status for an older spec hash, or from a failed observe, is retried: not an end.)
 func (s *sim) permanentlyFailed(p v1.Proxy) bool {
+	ci := ""
+	if c := p.Spec.CloudInit; c != nil && c.Inline != nil {
+		ci = *c.Inline
+	}
 	return p.Status.Phase == v1.PhaseFailed && condition(p.Status, v1.ConditionProvisioned).Reason == lifecycle.ReasonPermanentError &&
-		p.Status.ObservedGeneration == p.Generation && len(s.ownerInstances(string(p.UID))) == 0
+		p.Status.ObservedGeneration == p.Generation && p.Status.SpecHash == lifecycle.SpecHash(&p.Spec, ci) &&
+		len(s.ownerInstances(string(p.UID))) == 0
 }
 
 // converged says what still differs from the end state.
