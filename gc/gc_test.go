@@ -21,29 +21,12 @@ import (
 
 	"github.com/CHANGEME/proxy-operator/fleet"
 	"github.com/CHANGEME/proxy-operator/gc"
+	"github.com/CHANGEME/proxy-operator/internal/clocktest"
 	"github.com/CHANGEME/proxy-operator/providers"
 	"github.com/CHANGEME/proxy-operator/providers/kubernetes"
 	"github.com/CHANGEME/proxy-operator/providers/mock"
 	"github.com/CHANGEME/proxy-operator/server"
 )
-
-// clock is a settable, concurrency-safe test clock.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = t
-}
 
 var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
@@ -66,7 +49,7 @@ type process struct {
 	status map[string]json.RawMessage
 }
 
-func start(t *testing.T, clk *clock, set *providers.Set, status map[string]json.RawMessage) *process {
+func start(t *testing.T, clk *clocktest.Clock, set *providers.Set, status map[string]json.RawMessage) *process {
 	t.Helper()
 	view := fleet.New(clk.Now, warmup)
 	h := &server.Hooks{Providers: set, Fleet: view, Now: clk.Now}
@@ -176,7 +159,7 @@ func newAPISource(t *testing.T, a *apiServer) *gc.APISource {
 func TestRestartNeverDeletesLiveInstances(t *testing.T) {
 	for _, source := range []string{"fleet", "api"} {
 		t.Run(source, func(t *testing.T) {
-			clk := &clock{t: t0}
+			clk := clocktest.New(t0)
 			mp, err := mock.New(mock.Config{}, mock.WithClock(clk.Now))
 			if err != nil {
 				t.Fatal(err)

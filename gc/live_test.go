@@ -15,6 +15,7 @@ import (
 
 	"github.com/CHANGEME/proxy-operator/fleet"
 	"github.com/CHANGEME/proxy-operator/gc"
+	"github.com/CHANGEME/proxy-operator/internal/clocktest"
 )
 
 func TestAPISourcePages(t *testing.T) {
@@ -136,7 +137,7 @@ func TestInClusterWithoutServiceAccount(t *testing.T) {
 }
 
 func TestFleetSource(t *testing.T) {
-	clk := &clock{t: t0}
+	clk := clocktest.New(t0)
 	view := fleet.New(clk.Now, warmup)
 	src := gc.FleetSource{View: view}
 	if _, err := src.LiveUIDs(context.Background()); err == nil || !strings.Contains(err.Error(), "not complete") {

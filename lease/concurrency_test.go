@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/CHANGEME/proxy-operator/fleet"
+	"github.com/CHANGEME/proxy-operator/internal/clocktest"
 	"github.com/CHANGEME/proxy-operator/lifecycle"
 )
 
@@ -85,7 +86,7 @@ func TestConcurrentInvariants(t *testing.T) {
 		seconds = n
 	}
 
-	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clock := clocktest.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	view := fleet.New(clock.Now, 0)
 	health := newFakeHealth()
 	md := &model{max: map[string]int{}, health: health, held: map[string]string{}, count: map[string]int{}, cool: map[coolKey]time.Time{}}
@@ -143,7 +144,7 @@ func TestConcurrentInvariants(t *testing.T) {
 					view.Upsert(p)
 					continue
 				case op < 10: // time passes
-					clock.advance(time.Duration(rng.IntN(3000)) * time.Millisecond)
+					clock.Advance(time.Duration(rng.IntN(3000)) * time.Millisecond)
 					continue
 				}
 				world.RLock()

@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/CHANGEME/proxy-operator/fleet"
+	"github.com/CHANGEME/proxy-operator/internal/clocktest"
 	"github.com/CHANGEME/proxy-operator/lifecycle"
 )
 
@@ -37,28 +38,10 @@ func (f *fakeHealth) set(key string, state lifecycle.HealthState, latency int64)
 	f.m[key] = lifecycle.Health{State: state, LatencyMillis: latency}
 }
 
-// fakeClock is a settable clock.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 type fixture struct {
 	view   *fleet.View
 	health *fakeHealth
-	clock  *fakeClock
+	clock  *clocktest.Clock
 	store  *Memory
 }
 
@@ -75,7 +58,7 @@ type spec struct {
 
 func newFixture(t *testing.T, specs ...spec) *fixture {
 	t.Helper()
-	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clock := clocktest.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	f := &fixture{view: fleet.New(clock.Now, 0), health: newFakeHealth(), clock: clock}
 	for _, s := range specs {
 		f.add(s)
@@ -218,7 +201,7 @@ func TestExpiryAndRenew(t *testing.T) {
 	if want := f.clock.Now().Add(10 * time.Second); !l.ExpiresAt.Equal(want) {
 		t.Errorf("ExpiresAt %s, want %s", l.ExpiresAt, want)
 	}
-	f.clock.advance(8 * time.Second)
+	f.clock.Advance(8 * time.Second)
 	r, err := f.store.Renew(ctx, l.ID, 10*time.Second)
 	if err != nil {
 		t.Fatalf("Renew: %v", err)
@@ -226,14 +209,14 @@ func TestExpiryAndRenew(t *testing.T) {
 	if want := f.clock.Now().Add(10 * time.Second); !r.ExpiresAt.Equal(want) {
 		t.Errorf("renewed ExpiresAt %s, want %s", r.ExpiresAt, want)
 	}
-	f.clock.advance(8 * time.Second) // 16 s after the grant: alive only thanks to the renewal
+	f.clock.Advance(8 * time.Second) // 16 s after the grant: alive only thanks to the renewal
 	if got := f.store.ActiveCount(); got != 1 {
 		t.Fatalf("ActiveCount after renewal = %d, want 1", got)
 	}
 	if _, err := f.acquire(t, Request{}); !errors.Is(err, ErrNoMatch) {
 		t.Fatalf("Acquire on a full proxy: err %v, want ErrNoMatch", err)
 	}
-	f.clock.advance(2 * time.Second)
+	f.clock.Advance(2 * time.Second)
 	if got := f.store.ActiveCount(); got != 0 {
 		t.Fatalf("ActiveCount after expiry = %d, want 0", got)
 	}
@@ -286,7 +269,7 @@ func TestCooldownPerTarget(t *testing.T) {
 	if got := f.mustAcquire(t, Request{Target: "other.org"}).Proxy.Key; got != "ns/a" {
 		t.Errorf("lease for another target on %s, want ns/a", got)
 	}
-	f.clock.advance(DefaultRateLimitedCooldown)
+	f.clock.Advance(DefaultRateLimitedCooldown)
 	// a now has one lease, b one: the latency decides again once a's cooldown is over.
 	if got := f.mustAcquire(t, Request{Target: "example.com"}).Proxy.Key; got != "ns/a" {
 		t.Errorf("lease after the cooldown on %s, want ns/a", got)
@@ -324,7 +307,7 @@ func TestCooldownLength(t *testing.T) {
 			l := f.mustAcquire(t, Request{TTL: 365 * 24 * time.Hour})
 			var c Cooldown
 			for _, r := range tc.reports {
-				f.clock.advance(r.gap)
+				f.clock.Advance(r.gap)
 				var err error
 				if c, err = f.store.Report(ctx, l.ID, Report{Result: r.result, Target: "t.example", RetryAfter: r.retryAfter}); err != nil {
 					t.Fatalf("Report: %v", err)
@@ -352,7 +335,7 @@ func TestCooldownsExpireAndAreReaped(t *testing.T) {
 	if _, err := f.acquire(t, Request{Target: "x"}); !errors.Is(err, ErrNoMatch) {
 		t.Fatalf("Acquire while cooling: %v, want ErrNoMatch", err)
 	}
-	f.clock.advance(2 * DefaultRateLimitedCooldown)
+	f.clock.Advance(2 * DefaultRateLimitedCooldown)
 	f.store.Reap()
 	f.store.mu.Lock()
 	n := len(f.store.cool)
@@ -425,13 +408,13 @@ func TestStickySessionIdleExpiry(t *testing.T) {
 	l := f.mustAcquire(t, Request{SessionKey: "s"})
 	_ = f.store.Release(ctx, l.ID)
 	f.mustAcquire(t, Request{}) // b: 1 lease; a and b tie, a wins on latency
-	f.clock.advance(DefaultSessionIdle - time.Second)
+	f.clock.Advance(DefaultSessionIdle - time.Second)
 	if got := f.mustAcquire(t, Request{SessionKey: "s"}); got.Proxy.Key != l.Proxy.Key {
 		t.Fatalf("within idle time: lease on %s, want %s", got.Proxy.Key, l.Proxy.Key)
 	} else {
 		_ = f.store.Release(ctx, got.ID)
 	}
-	f.clock.advance(DefaultSessionIdle)
+	f.clock.Advance(DefaultSessionIdle)
 	f.store.Reap()
 	f.store.mu.Lock()
 	_, kept := f.store.sessions["s"]
@@ -566,7 +549,7 @@ func TestRunFollowsTheFleet(t *testing.T) {
 	}
 	f.view.Remove(a.Proxy.Key)
 	waitFor("dropped the departed proxy's lease", func() bool { return f.store.ActiveByProxy()[a.Proxy.Key] == 0 })
-	f.clock.advance(11 * time.Second)
+	f.clock.Advance(11 * time.Second)
 	waitFor("expired the short lease", func() bool {
 		f.store.mu.Lock()
 		defer f.store.mu.Unlock()

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/CHANGEME/proxy-operator/fleet"
+	"github.com/CHANGEME/proxy-operator/internal/clocktest"
 	"github.com/CHANGEME/proxy-operator/lease"
 	"github.com/CHANGEME/proxy-operator/lifecycle"
 	"github.com/CHANGEME/proxy-operator/server"
@@ -44,25 +45,8 @@ func (f *discHealth) set(key string, s lifecycle.HealthState, latency int64) {
 	f.m[key] = lifecycle.Health{State: s, LatencyMillis: latency}
 }
 
-type discClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *discClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *discClock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 type discFixture struct {
-	clock  *discClock
+	clock  *clocktest.Clock
 	view   *fleet.View
 	health *discHealth
 	store  *lease.Memory
@@ -78,7 +62,7 @@ type discOpts struct {
 
 func newDiscFixture(t testing.TB, o discOpts) *discFixture {
 	t.Helper()
-	clock := &discClock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	clock := clocktest.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	f := &discFixture{
 		clock:  clock,
 		view:   fleet.New(clock.Now, o.warmup),
@@ -306,7 +290,7 @@ func TestDiscoveryList(t *testing.T) {
 func TestDiscoveryWarmup(t *testing.T) {
 	f := newDiscFixture(t, discOpts{token: discToken, warmup: 90 * time.Second})
 	f.add("p1", nil, 5, lifecycle.HealthHealthy, 10)
-	f.clock.advance(30 * time.Second)
+	f.clock.Advance(30 * time.Second)
 
 	r := f.do(t, "GET", "/v1/proxies", discToken, "")
 	l := decodeAs[discList](t, r)
@@ -321,7 +305,7 @@ func TestDiscoveryWarmup(t *testing.T) {
 	if n := f.store.ActiveCount(); n != 0 {
 		t.Errorf("%d leases granted during warmup", n)
 	}
-	f.clock.advance(60 * time.Second)
+	f.clock.Advance(60 * time.Second)
 	if r := f.do(t, "POST", "/v1/leases", discToken, `{}`); r.code != 200 {
 		t.Errorf("lease after warmup: status %d (%s)", r.code, r.body)
 	}
@@ -346,7 +330,7 @@ func TestDiscoveryLeaseLifecycle(t *testing.T) {
 		t.Errorf("lease mismatch (-want +got):\n%s (id %q)", diff, l.LeaseID)
 	}
 
-	f.clock.advance(50 * time.Second)
+	f.clock.Advance(50 * time.Second)
 	r = f.do(t, "POST", "/v1/leases/"+l.LeaseID+"/renew", discToken, "")
 	if got := decodeAs[discLease](t, r); r.code != 200 || !got.ExpiresAt.Equal(f.clock.Now().Add(time.Minute)) {
 		t.Errorf("renew with its own TTL: status %d expiresAt %s, want 200 and %s", r.code, got.ExpiresAt, f.clock.Now().Add(time.Minute))
@@ -573,7 +557,7 @@ func TestDiscoveryBadInput(t *testing.T) {
 	if l.Proxy.ID != "crawl/p2" || l2.Proxy.ID != "crawl/p1" {
 		t.Errorf("after bad reports leases went to %s, %s; want p2 then p1 (no cooldown)", l.Proxy.ID, l2.Proxy.ID)
 	}
-	f.clock.advance(server.DefaultLeaseTTL)
+	f.clock.Advance(server.DefaultLeaseTTL)
 	if r := f.do(t, "POST", renew, discToken, ""); r.code != 404 {
 		t.Errorf("the held lease outlived its TTL after bad renewals: status %d", r.code)
 	}
