@@ -36,3 +36,12 @@ func (c *Clock) Set(t time.Time) {
 	defer c.mu.Unlock()
 	c.t = t
 }
+
+// AdvanceTo moves the clock to t if t is later; a virtual clock never runs backwards.
+func (c *Clock) AdvanceTo(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t.After(c.t) {
+		c.t = t
+	}
+}

@@ -25,40 +25,15 @@ import (
 	k8stypes "k8s.io/apimachinery/pkg/types"
 
 	v1 "github.com/CHANGEME/proxy-operator/api/v1alpha1"
+	"github.com/CHANGEME/proxy-operator/internal/clocktest"
 	"github.com/CHANGEME/proxy-operator/metacontroller"
 )
 
 // Clock is a virtual clock to share between the driver and the server under test.
-type Clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
+type Clock = clocktest.Clock
 
 // NewClock returns a clock reading t.
-func NewClock(t time.Time) *Clock { return &Clock{t: t} }
-
-// Now reads the clock.
-func (c *Clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-// Advance moves the clock forward by d.
-func (c *Clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(max(d, 0))
-}
-
-// set moves the clock to t if t is later.
-func (c *Clock) set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if t.After(c.t) {
-		c.t = t
-	}
-}
+func NewClock(t time.Time) *Clock { return clocktest.New(t) }
 
 // Metacontroller's numbers (docs/metacontroller.md).
 const (
@@ -339,7 +314,7 @@ func (d *Driver) Step() (bool, error) {
 	if !ok {
 		return false, nil
 	}
-	d.Clock.set(due)
+	d.Clock.AdvanceTo(due)
 	return true, d.sync(key)
 }
 
@@ -367,7 +342,7 @@ func (d *Driver) RunFor(dur time.Duration) error {
 		_, due, ok := d.next()
 		d.mu.Unlock()
 		if !ok || due.After(end) {
-			d.Clock.set(end)
+			d.Clock.AdvanceTo(end)
 			return nil
 		}
 		if _, err := d.Step(); err != nil {
@@ -388,7 +363,7 @@ func (d *Driver) RunUntil(cond func() bool, limit time.Duration) error {
 		_, due, ok := d.next()
 		d.mu.Unlock()
 		if !ok || due.After(end) {
-			d.Clock.set(end)
+			d.Clock.AdvanceTo(end)
 			if cond() {
 				return nil
 			}
