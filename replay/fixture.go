@@ -37,9 +37,12 @@ type State struct {
 	Hook string `json:"hook,omitempty"`
 	// Now is the fixed clock of the server and the mock provider.
 	Now time.Time `json:"now"`
-	// Provider names the one configured mock provider (default "mock"). A request naming
+	// Provider names the one configured provider (default "mock"). A request naming
 	// another provider meets an unconfigured one.
 	Provider string `json:"provider,omitempty"`
+	// ProviderType is "mock" (default) or "kubernetes": a kubernetes provider observes the
+	// request's Pod children and answers desired children, so it needs no seeded instances.
+	ProviderType string `json:"providerType,omitempty"`
 	// ProvisioningDelay is the mock's Provisioning time (default the mock's own default).
 	ProvisioningDelay mock.Duration `json:"provisioningDelay,omitempty"`
 	// Instances are seeded into the mock provider before the call, exactly as given.

@@ -94,6 +94,11 @@ func stateOf(ex server.Exchange, ns, name string) State {
 			st.Provider = DefaultProvider + "-unconfigured"
 		}
 	}
+	if ex.ProviderType == "kubernetes" {
+		// Pods come back in the request's children: nothing to seed, nothing to arm.
+		st.ProviderType, st.ProvisioningDelay = "kubernetes", 0
+		return withHealth(st, ex, ns, name)
+	}
 	if ex.Instance != nil {
 		st.Instances = []providers.Instance{*ex.Instance}
 	}
@@ -107,6 +112,11 @@ func stateOf(ex server.Exchange, ns, name string) State {
 	if ex.ActionErr != nil && ex.ActionOp != "" {
 		st.Faults = append(st.Faults, mock.Fault{Op: ex.ActionOp, Kind: faultKind(ex.ActionErr), Count: 1})
 	}
+	return withHealth(st, ex, ns, name)
+}
+
+// withHealth records the prober's verdict the call saw.
+func withHealth(st State, ex server.Exchange, ns, name string) State {
 	if name != "" && ex.Health.State != "" {
 		st.Health = map[string]Health{ns + "/" + name: healthOf(ex.Health)}
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/CHANGEME/proxy-operator/fleet"
 	"github.com/CHANGEME/proxy-operator/lifecycle"
 	"github.com/CHANGEME/proxy-operator/providers"
+	"github.com/CHANGEME/proxy-operator/providers/kubernetes"
 	"github.com/CHANGEME/proxy-operator/providers/mock"
 	"github.com/CHANGEME/proxy-operator/server"
 )
@@ -58,8 +59,20 @@ func Run(c Case, log *slog.Logger) (Result, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	entry := providers.Entry{Name: name, Type: "mock", Provider: mp}
+	switch st.ProviderType {
+	case "", "mock":
+	case "kubernetes":
+		kp, err := kubernetes.New(kubernetes.Config{})
+		if err != nil {
+			return Result{}, err
+		}
+		entry = providers.Entry{Name: name, Type: "kubernetes", Provider: kp}
+	default:
+		return Result{}, fmt.Errorf("fixture %s: %s: providerType %q: want mock or kubernetes", c.Dir, StateFile, st.ProviderType)
+	}
 	h := &server.Hooks{
-		Providers:    providers.NewSet(providers.Entry{Name: name, Type: "mock", Provider: mp}),
+		Providers:    providers.NewSet(entry),
 		Fleet:        fleet.New(clock, 0),
 		Health:       healthMap(st.Health),
 		Now:          clock,

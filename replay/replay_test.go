@@ -121,3 +121,38 @@ func TestRecorderWritesAReplayableCase(t *testing.T) {
 		t.Errorf("replay of the capture differs:\n%s", d)
 	}
 }
+
+// TestRecorderCapturesPodTraffic: a call for a Pod-backed Proxy is captured with its provider
+// type, so it replays through a kubernetes provider reading the same request children.
+func TestRecorderCapturesPodTraffic(t *testing.T) {
+	root := t.TempDir()
+	rec, err := replay.NewRecorder(root, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := replay.Load(filepath.Join("..", "testdata", "sync", "pod-running"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := src.State.Health["crawl/edge-pod"]
+	rec.Record(server.Exchange{
+		Hook: "sync", Now: src.State.Now, Request: src.Request, Code: src.Want.Code, Response: src.Want.Body,
+		Provider: src.State.Provider, ProviderKnown: true, ProviderType: "kubernetes",
+		Health: lifecycle.Health{State: h.State, LatencyMillis: h.LatencyMillis, Since: h.Since},
+	})
+	cases, err := replay.LoadAll(root)
+	if err != nil || len(cases) != 1 {
+		t.Fatalf("captured %d cases, %v; want 1", len(cases), err)
+	}
+	c := cases[0]
+	if c.State.ProviderType != "kubernetes" || len(c.State.Instances) != 0 {
+		t.Errorf("captured state: providerType %q with %d instances, want kubernetes with none", c.State.ProviderType, len(c.State.Instances))
+	}
+	got, err := replay.Run(c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := replay.Diff(c, got); d != "" {
+		t.Errorf("replay of the captured Pod call differs:\n%s", d)
+	}
+}

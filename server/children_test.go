@@ -22,13 +22,12 @@ import (
 	"github.com/CHANGEME/proxy-operator/lifecycle"
 	"github.com/CHANGEME/proxy-operator/providers"
 	"github.com/CHANGEME/proxy-operator/providers/kubernetes"
-	"github.com/CHANGEME/proxy-operator/providers/mock"
 	"github.com/CHANGEME/proxy-operator/replay"
 	"github.com/CHANGEME/proxy-operator/server"
 )
 
 var writeKubernetesFixtures = flag.Bool("write-kubernetes-fixtures", false,
-	"rewrite the request.json and state.json of testdata/kubernetes from TestKubernetesPodLifecycle (then run -update)")
+	"rewrite the request.json and state.json of testdata/<hook>/pod-* from TestKubernetesPodLifecycle (then run -update)")
 
 const (
 	podParentUID = "7a2d9c1e-5b3f-4e8a-b6c2-000000000042"
@@ -504,55 +503,6 @@ func TestChildrenWithoutBoundProvider(t *testing.T) {
 	}
 }
 
-// TestKubernetesFixtures replays testdata/kubernetes/<hook>/<case> through the real router
-// with a kubernetes provider named "pods". They live apart from testdata/<hook>/<case> because
-// replay.Run configures only the mock provider.
-func TestKubernetesFixtures(t *testing.T) {
-	root := filepath.Join("..", "testdata", "kubernetes")
-	cases, err := replay.LoadAll(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(cases) < 6 {
-		t.Fatalf("found %d fixtures under %s, want at least 6", len(cases), root)
-	}
-	for _, c := range cases {
-		name := strings.TrimPrefix(filepath.ToSlash(c.Dir), filepath.ToSlash(root)+"/")
-		t.Run(name, func(t *testing.T) {
-			got := runPodFixture(t, c)
-			if *update {
-				if err := replay.WriteGolden(c.Dir, got); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			if d := replay.Diff(c, got); d != "" {
-				t.Errorf("%s: replay differs from the goldens:\n%s", c.Dir, d)
-			}
-		})
-	}
-}
-
-func runPodFixture(t *testing.T, c replay.Case) replay.Result {
-	t.Helper()
-	now := c.State.Now
-	var health lifecycle.Health
-	if h, ok := c.State.Health["crawl/edge-pod"]; ok {
-		health = lifecycle.Health{State: h.State, LatencyMillis: h.LatencyMillis, Since: h.Since, Reason: h.Reason}
-	}
-	h, _ := podHooks(t, &now, &fixedHealth{h: health})
-	req := httptest.NewRequest(http.MethodPost, "/"+c.Hook, bytes.NewReader(c.Request))
-	req.Header.Set("Content-Type", "application/json")
-	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, req)
-	var body bytes.Buffer
-	if err := json.Compact(&body, rec.Body.Bytes()); err != nil {
-		t.Fatalf("answer is not JSON: %v: %s", err, rec.Body)
-	}
-	// No mock provider runs here: calls.json stays empty.
-	return replay.Result{Code: rec.Code, Body: body.Bytes(), Calls: []mock.Call{}}
-}
-
 // fixtureWriter writes the scenario's requests of interest as fixtures.
 func fixtureWriter(t *testing.T, now *time.Time, health *fixedHealth) func(string, []byte) {
 	t.Helper()
@@ -567,7 +517,7 @@ func fixtureWriter(t *testing.T, now *time.Time, health *fixedHealth) func(strin
 		if strings.HasPrefix(step, "finalize") {
 			hook = "finalize"
 		}
-		dir := filepath.Join("..", "testdata", "kubernetes", hook, "pod-"+step)
+		dir := filepath.Join("..", "testdata", hook, "pod-"+step)
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -575,7 +525,7 @@ func fixtureWriter(t *testing.T, now *time.Time, health *fixedHealth) func(strin
 		if err := json.Indent(&pretty, body, "", "  "); err != nil {
 			t.Fatal(err)
 		}
-		st := replay.State{Now: *now, Provider: podProvider}
+		st := replay.State{Now: *now, Provider: podProvider, ProviderType: "kubernetes"}
 		if health.h.State == lifecycle.HealthHealthy {
 			st.Health = map[string]replay.Health{"crawl/edge-pod": {State: health.h.State, LatencyMillis: health.h.LatencyMillis, Since: health.h.Since}}
 		}

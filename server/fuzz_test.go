@@ -51,8 +51,6 @@ func seedBodies(t testing.TB, hook string) [][]byte {
 		[]byte(`{"parent":{"metadata":{"name":"p","namespace":"n","uid":"u"},"spec":{"mode":"Managed","provider":"mock","cloudInit":{"secretRef":{"name":"s","key":"k"}}}},"related":{"Secret.v1":{"n/s":{"metadata":{"labels":{"crawl.example.com/cloud-init":"true"}},"data":{"k":"aGk="}}}}}`),
 	}
 	files, _ := filepath.Glob(filepath.Join("..", "testdata", hook, "*", "request.json"))
-	pods, _ := filepath.Glob(filepath.Join("..", "testdata", "kubernetes", hook, "*", "request.json"))
-	files = append(files, pods...)
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err == nil {

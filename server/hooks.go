@@ -38,8 +38,10 @@ type Exchange struct {
 	// Instance what it showed before any action.
 	Provider      string
 	ProviderKnown bool
-	Instance      *providers.Instance
-	Health        lifecycle.Health
+	// ProviderType is the configured provider's type ("mock", "gcp", "kubernetes").
+	ProviderType string
+	Instance     *providers.Instance
+	Health       lifecycle.Health
 	// HealthResync is the steady-state resync the decision was given (0: lifecycle's default).
 	HealthResync time.Duration
 	// ObserveErr and ActionErr are the failed provider calls, so a capture can replay them
@@ -313,7 +315,7 @@ func (h *Hooks) sync(ctx context.Context, hook string, body []byte, ex *Exchange
 		}
 		ex.Instance, ex.ObserveErr = in.Instance, in.ObserveErr
 	}
-	ex.ProviderKnown = in.ProviderKnown
+	ex.ProviderKnown, ex.ProviderType = in.ProviderKnown, entry.Type
 	if fs := h.Fleet; fs != nil && h.HealthResync != nil {
 		in.HealthResync = h.HealthResync(fs.Len(), *p.Spec.HealthCheck)
 	}

@@ -124,7 +124,7 @@ func TestUnboundRefuses(t *testing.T) {
 }
 
 // TestCreateBuildsPod checks the fields a request maps onto; the golden fixtures under
-// testdata/kubernetes hold the whole object.
+// testdata/<hook>/pod-* hold the whole object.
 func TestCreateBuildsPod(t *testing.T) {
 	p := newProvider(t, kubernetes.Config{Image: "registry.local/squid:6", CPULimit: "500m"})
 	b := p.Bind(parent, nil)
