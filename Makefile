@@ -1,4 +1,6 @@
 # proxy-operator. `make run` starts the operator with the mock provider; `make test` runs every test.
+# Go 1.27.3: the go command fetches this toolchain from the module proxy when the machine's Go is older.
+export GOTOOLCHAIN ?= go1.27.3
 GO            ?= go
 CONTROLLER_GEN = $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.21.0
 BIN           ?= bin/proxy-operator

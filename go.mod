@@ -1,6 +1,8 @@
-module github.com/CHANGEME/proxy-operator
+module github.com/proxy-operator/proxy-operator
 
-go 1.26.0
+go 1.27.0
+
+toolchain go1.27.3
 
 require (
 	cloud.google.com/go/compute v1.75.0
@@ -43,7 +45,7 @@ require (
 	go.opentelemetry.io/otel/trace v1.47.0 // indirect
 	go.yaml.in/yaml/v2 v2.4.4 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
-	golang.org/x/net v0.61.0 // indirect
+	golang.org/x/net v0.62.0 // indirect
 	golang.org/x/oauth2 v0.37.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.43.0 // indirect

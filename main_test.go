@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/CHANGEME/proxy-operator/replay"
+	"github.com/proxy-operator/proxy-operator/replay"
 )
 
 func TestReplayCommand(t *testing.T) {

@@ -15,8 +15,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"sigs.k8s.io/yaml"
 
-	v1 "github.com/CHANGEME/proxy-operator/api/v1alpha1"
-	"github.com/CHANGEME/proxy-operator/internal/apiservertest"
+	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
+	"github.com/proxy-operator/proxy-operator/internal/apiservertest"
 )
 
 const (

@@ -10,8 +10,8 @@ import (
 	"sync"
 	"time"
 
-	v1 "github.com/CHANGEME/proxy-operator/api/v1alpha1"
-	"github.com/CHANGEME/proxy-operator/lifecycle"
+	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
+	"github.com/proxy-operator/proxy-operator/lifecycle"
 )
 
 // Proxy is what the process knows about one Proxy after its latest sync.

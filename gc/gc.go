@@ -13,7 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/CHANGEME/proxy-operator/providers"
+	"github.com/proxy-operator/proxy-operator/providers"
 )
 
 // Defaults for Config fields left zero.

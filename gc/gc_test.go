@@ -19,13 +19,13 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/CHANGEME/proxy-operator/fleet"
-	"github.com/CHANGEME/proxy-operator/gc"
-	"github.com/CHANGEME/proxy-operator/internal/clocktest"
-	"github.com/CHANGEME/proxy-operator/providers"
-	"github.com/CHANGEME/proxy-operator/providers/kubernetes"
-	"github.com/CHANGEME/proxy-operator/providers/mock"
-	"github.com/CHANGEME/proxy-operator/server"
+	"github.com/proxy-operator/proxy-operator/fleet"
+	"github.com/proxy-operator/proxy-operator/gc"
+	"github.com/proxy-operator/proxy-operator/internal/clocktest"
+	"github.com/proxy-operator/proxy-operator/providers"
+	"github.com/proxy-operator/proxy-operator/providers/kubernetes"
+	"github.com/proxy-operator/proxy-operator/providers/mock"
+	"github.com/proxy-operator/proxy-operator/server"
 )
 
 var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)

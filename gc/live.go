@@ -15,8 +15,8 @@ import (
 	"strings"
 	"time"
 
-	v1 "github.com/CHANGEME/proxy-operator/api/v1alpha1"
-	"github.com/CHANGEME/proxy-operator/fleet"
+	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
+	"github.com/proxy-operator/proxy-operator/fleet"
 )
 
 // FleetSource trusts the in-process fleet view once it is complete: --fleet-warmup after

@@ -13,9 +13,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/CHANGEME/proxy-operator/fleet"
-	"github.com/CHANGEME/proxy-operator/gc"
-	"github.com/CHANGEME/proxy-operator/internal/clocktest"
+	"github.com/proxy-operator/proxy-operator/fleet"
+	"github.com/proxy-operator/proxy-operator/gc"
+	"github.com/proxy-operator/proxy-operator/internal/clocktest"
 )
 
 func TestAPISourcePages(t *testing.T) {

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/CHANGEME/proxy-operator/fleet"
-	"github.com/CHANGEME/proxy-operator/lifecycle"
+	"github.com/proxy-operator/proxy-operator/fleet"
+	"github.com/proxy-operator/proxy-operator/lifecycle"
 )
 
 // BenchmarkHealthRead measures what the discovery API pays per proxy on every list and

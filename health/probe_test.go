@@ -8,7 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/CHANGEME/proxy-operator/providers/mock"
+	"github.com/proxy-operator/proxy-operator/providers/mock"
 )
 
 func TestHTTPProber(t *testing.T) {

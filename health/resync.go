@@ -4,7 +4,7 @@ import (
 	"math"
 	"time"
 
-	v1 "github.com/CHANGEME/proxy-operator/api/v1alpha1"
+	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 )
 
 // DefaultResyncQPS is the share of Metacontroller's client budget (about 5 requests a second

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	v1 "github.com/CHANGEME/proxy-operator/api/v1alpha1"
+	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 )
 
 func TestResyncPolicy(t *testing.T) {

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/CHANGEME/proxy-operator/fleet"
-	"github.com/CHANGEME/proxy-operator/lifecycle"
+	"github.com/proxy-operator/proxy-operator/fleet"
+	"github.com/proxy-operator/proxy-operator/lifecycle"
 )
 
 // squidBinary finds Squid. On CI (env CI set) a missing Squid fails the test: .ci/run

@@ -9,8 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/CHANGEME/proxy-operator/fleet"
-	"github.com/CHANGEME/proxy-operator/lifecycle"
+	"github.com/proxy-operator/proxy-operator/fleet"
+	"github.com/proxy-operator/proxy-operator/lifecycle"
 )
 
 // Defaults for Config fields left zero.

@@ -9,9 +9,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	v1 "github.com/CHANGEME/proxy-operator/api/v1alpha1"
-	"github.com/CHANGEME/proxy-operator/lifecycle"
-	"github.com/CHANGEME/proxy-operator/providers"
+	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
+	"github.com/proxy-operator/proxy-operator/lifecycle"
+	"github.com/proxy-operator/proxy-operator/providers"
 )
 
 var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)

@@ -5,7 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 
-	v1 "github.com/CHANGEME/proxy-operator/api/v1alpha1"
+	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 )
 
 // SpecHash is the hash of everything that, when changed, replaces a Managed proxy's machine:

@@ -7,8 +7,8 @@ package lifecycle
 import (
 	"time"
 
-	v1 "github.com/CHANGEME/proxy-operator/api/v1alpha1"
-	"github.com/CHANGEME/proxy-operator/providers"
+	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
+	"github.com/proxy-operator/proxy-operator/providers"
 )
 
 // HealthState is what the prober concluded about a proxy.

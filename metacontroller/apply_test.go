@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/CHANGEME/proxy-operator/internal/apiservertest"
+	"github.com/proxy-operator/proxy-operator/internal/apiservertest"
 )
 
 // TestKustomizationAppliesToAPIServer applies the rendered install to a real kube-apiserver, so

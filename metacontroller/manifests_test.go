@@ -25,8 +25,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
 
-	"github.com/CHANGEME/proxy-operator/providers/factory"
-	"github.com/CHANGEME/proxy-operator/server"
+	"github.com/proxy-operator/proxy-operator/providers/factory"
+	"github.com/proxy-operator/proxy-operator/server"
 )
 
 const (

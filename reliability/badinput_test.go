@@ -13,9 +13,9 @@ import (
 
 	"google.golang.org/api/option"
 
-	"github.com/CHANGEME/proxy-operator/providers"
-	"github.com/CHANGEME/proxy-operator/providers/factory"
-	"github.com/CHANGEME/proxy-operator/providers/gcp"
+	"github.com/proxy-operator/proxy-operator/providers"
+	"github.com/proxy-operator/proxy-operator/providers/factory"
+	"github.com/proxy-operator/proxy-operator/providers/gcp"
 )
 
 // The table's surfaces.

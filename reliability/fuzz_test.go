@@ -10,7 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"sigs.k8s.io/yaml"
 
-	"github.com/CHANGEME/proxy-operator/providers/factory"
+	"github.com/proxy-operator/proxy-operator/providers/factory"
 )
 
 // entryRE is how a validation error names the entry at fault.

@@ -19,8 +19,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/CHANGEME/proxy-operator/lease"
-	"github.com/CHANGEME/proxy-operator/lifecycle"
+	"github.com/proxy-operator/proxy-operator/lease"
+	"github.com/proxy-operator/proxy-operator/lifecycle"
 )
 
 // Load shape; LOAD_SECONDS and LOAD_CLIENTS override the first two (make load: 60 s).

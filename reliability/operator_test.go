@@ -12,12 +12,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/CHANGEME/proxy-operator/fleet"
-	"github.com/CHANGEME/proxy-operator/health"
-	"github.com/CHANGEME/proxy-operator/lease"
-	"github.com/CHANGEME/proxy-operator/providers"
-	"github.com/CHANGEME/proxy-operator/providers/factory"
-	"github.com/CHANGEME/proxy-operator/server"
+	"github.com/proxy-operator/proxy-operator/fleet"
+	"github.com/proxy-operator/proxy-operator/health"
+	"github.com/proxy-operator/proxy-operator/lease"
+	"github.com/proxy-operator/proxy-operator/providers"
+	"github.com/proxy-operator/proxy-operator/providers/factory"
+	"github.com/proxy-operator/proxy-operator/server"
 )
 
 // operatorOpts are the knobs the tests turn; everything else is main.go's default.

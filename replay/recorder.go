@@ -9,9 +9,9 @@ import (
 	"regexp"
 	"sync"
 
-	"github.com/CHANGEME/proxy-operator/providers"
-	"github.com/CHANGEME/proxy-operator/providers/mock"
-	"github.com/CHANGEME/proxy-operator/server"
+	"github.com/proxy-operator/proxy-operator/providers"
+	"github.com/proxy-operator/proxy-operator/providers/mock"
+	"github.com/proxy-operator/proxy-operator/server"
 )
 
 // capturedDelay is the provisioning delay written into captured fixtures: long enough that

@@ -12,13 +12,13 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	v1 "github.com/CHANGEME/proxy-operator/api/v1alpha1"
-	"github.com/CHANGEME/proxy-operator/fleet"
-	"github.com/CHANGEME/proxy-operator/lifecycle"
-	"github.com/CHANGEME/proxy-operator/providers"
-	"github.com/CHANGEME/proxy-operator/providers/kubernetes"
-	"github.com/CHANGEME/proxy-operator/providers/mock"
-	"github.com/CHANGEME/proxy-operator/server"
+	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
+	"github.com/proxy-operator/proxy-operator/fleet"
+	"github.com/proxy-operator/proxy-operator/lifecycle"
+	"github.com/proxy-operator/proxy-operator/providers"
+	"github.com/proxy-operator/proxy-operator/providers/kubernetes"
+	"github.com/proxy-operator/proxy-operator/providers/mock"
+	"github.com/proxy-operator/proxy-operator/server"
 )
 
 // Result is what the real router answered and which provider calls it made.

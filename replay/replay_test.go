@@ -7,10 +7,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/CHANGEME/proxy-operator/lifecycle"
-	"github.com/CHANGEME/proxy-operator/providers"
-	"github.com/CHANGEME/proxy-operator/replay"
-	"github.com/CHANGEME/proxy-operator/server"
+	"github.com/proxy-operator/proxy-operator/lifecycle"
+	"github.com/proxy-operator/proxy-operator/providers"
+	"github.com/proxy-operator/proxy-operator/replay"
+	"github.com/proxy-operator/proxy-operator/server"
 )
 
 func writeCase(t *testing.T, dir string, files map[string]string) {

@@ -9,14 +9,14 @@ import (
 	"testing"
 	"time"
 
-	v1 "github.com/CHANGEME/proxy-operator/api/v1alpha1"
-	"github.com/CHANGEME/proxy-operator/fleet"
-	"github.com/CHANGEME/proxy-operator/lifecycle"
-	"github.com/CHANGEME/proxy-operator/metacontroller"
-	"github.com/CHANGEME/proxy-operator/providers"
-	"github.com/CHANGEME/proxy-operator/providers/mock"
-	"github.com/CHANGEME/proxy-operator/replay"
-	"github.com/CHANGEME/proxy-operator/server"
+	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
+	"github.com/proxy-operator/proxy-operator/fleet"
+	"github.com/proxy-operator/proxy-operator/lifecycle"
+	"github.com/proxy-operator/proxy-operator/metacontroller"
+	"github.com/proxy-operator/proxy-operator/providers"
+	"github.com/proxy-operator/proxy-operator/providers/mock"
+	"github.com/proxy-operator/proxy-operator/replay"
+	"github.com/proxy-operator/proxy-operator/server"
 )
 
 // readyFixture is the steady Ready Managed proxy: the sync Metacontroller sends most often.

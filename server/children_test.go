@@ -18,12 +18,12 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/CHANGEME/proxy-operator/fleet"
-	"github.com/CHANGEME/proxy-operator/lifecycle"
-	"github.com/CHANGEME/proxy-operator/providers"
-	"github.com/CHANGEME/proxy-operator/providers/kubernetes"
-	"github.com/CHANGEME/proxy-operator/replay"
-	"github.com/CHANGEME/proxy-operator/server"
+	"github.com/proxy-operator/proxy-operator/fleet"
+	"github.com/proxy-operator/proxy-operator/lifecycle"
+	"github.com/proxy-operator/proxy-operator/providers"
+	"github.com/proxy-operator/proxy-operator/providers/kubernetes"
+	"github.com/proxy-operator/proxy-operator/replay"
+	"github.com/proxy-operator/proxy-operator/server"
 )
 
 var writeKubernetesFixtures = flag.Bool("write-kubernetes-fixtures", false,

@@ -4,8 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 
-	v1 "github.com/CHANGEME/proxy-operator/api/v1alpha1"
-	"github.com/CHANGEME/proxy-operator/metacontroller"
+	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
+	"github.com/proxy-operator/proxy-operator/metacontroller"
 )
 
 // CloudInitLabel must be "true" on a Secret the operator will read cloud-init from, so that a

@@ -3,7 +3,7 @@ package server
 import (
 	"context"
 
-	"github.com/CHANGEME/proxy-operator/metacontroller"
+	"github.com/proxy-operator/proxy-operator/metacontroller"
 )
 
 // customize asks Metacontroller for the labelled cloud-init Secrets in the parent's namespace.

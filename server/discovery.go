@@ -18,9 +18,9 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/CHANGEME/proxy-operator/fleet"
-	"github.com/CHANGEME/proxy-operator/lease"
-	"github.com/CHANGEME/proxy-operator/lifecycle"
+	"github.com/proxy-operator/proxy-operator/fleet"
+	"github.com/proxy-operator/proxy-operator/lease"
+	"github.com/proxy-operator/proxy-operator/lifecycle"
 )
 
 // Defaults and bounds for Discovery fields left zero.

@@ -10,9 +10,9 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
-	"github.com/CHANGEME/proxy-operator/fleet"
-	"github.com/CHANGEME/proxy-operator/lease"
-	"github.com/CHANGEME/proxy-operator/server"
+	"github.com/proxy-operator/proxy-operator/fleet"
+	"github.com/proxy-operator/proxy-operator/lease"
+	"github.com/proxy-operator/proxy-operator/server"
 )
 
 var apiHeading = regexp.MustCompile(`(?m)^### (GET|POST|PUT|PATCH|DELETE|HEAD) (\S+)$`)

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/CHANGEME/proxy-operator/server"
+	"github.com/proxy-operator/proxy-operator/server"
 )
 
 func TestDiscoveryToken(t *testing.T) {

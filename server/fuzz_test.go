@@ -10,12 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/CHANGEME/proxy-operator/fleet"
-	"github.com/CHANGEME/proxy-operator/metacontroller"
-	"github.com/CHANGEME/proxy-operator/providers"
-	"github.com/CHANGEME/proxy-operator/providers/kubernetes"
-	"github.com/CHANGEME/proxy-operator/providers/mock"
-	"github.com/CHANGEME/proxy-operator/server"
+	"github.com/proxy-operator/proxy-operator/fleet"
+	"github.com/proxy-operator/proxy-operator/metacontroller"
+	"github.com/proxy-operator/proxy-operator/providers"
+	"github.com/proxy-operator/proxy-operator/providers/kubernetes"
+	"github.com/proxy-operator/proxy-operator/providers/mock"
+	"github.com/proxy-operator/proxy-operator/server"
 )
 
 // fuzzHooks is a hook router over a mock provider and a fixed clock.

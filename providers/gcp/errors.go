@@ -9,7 +9,7 @@ import (
 	"github.com/googleapis/gax-go/v2/apierror"
 	"google.golang.org/api/googleapi"
 
-	"github.com/CHANGEME/proxy-operator/providers"
+	"github.com/proxy-operator/proxy-operator/providers"
 )
 
 // quotaReasons are the error reasons (HTTP error items, ErrorInfo reasons and operation error

@@ -9,8 +9,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/CHANGEME/proxy-operator/providers/factory"
-	"github.com/CHANGEME/proxy-operator/providers/gcp"
+	"github.com/proxy-operator/proxy-operator/providers/factory"
+	"github.com/proxy-operator/proxy-operator/providers/gcp"
 )
 
 // These tests read gcp entries through the operator's own config parser and builder.

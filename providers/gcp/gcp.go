@@ -23,7 +23,7 @@ import (
 	"google.golang.org/api/option/internaloption"
 	httptransport "google.golang.org/api/transport/http"
 
-	"github.com/CHANGEME/proxy-operator/providers"
+	"github.com/proxy-operator/proxy-operator/providers"
 )
 
 // Defaults for Config fields left empty.

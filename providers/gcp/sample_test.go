@@ -7,9 +7,9 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	v1 "github.com/CHANGEME/proxy-operator/api/v1alpha1"
-	"github.com/CHANGEME/proxy-operator/lifecycle"
-	"github.com/CHANGEME/proxy-operator/providers"
+	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
+	"github.com/proxy-operator/proxy-operator/lifecycle"
+	"github.com/proxy-operator/proxy-operator/providers"
 )
 
 // TestSampleProxyCreatesInstance reads the shipped GCP sample Proxy and sends the insert it

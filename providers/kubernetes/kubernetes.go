@@ -16,7 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/CHANGEME/proxy-operator/providers"
+	"github.com/proxy-operator/proxy-operator/providers"
 )
 
 // Defaults for Config fields left empty.

@@ -14,9 +14,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/CHANGEME/proxy-operator/providers"
-	"github.com/CHANGEME/proxy-operator/providers/kubernetes"
-	"github.com/CHANGEME/proxy-operator/providers/mock"
+	"github.com/proxy-operator/proxy-operator/providers"
+	"github.com/proxy-operator/proxy-operator/providers/kubernetes"
+	"github.com/proxy-operator/proxy-operator/providers/mock"
 )
 
 var parent = providers.Parent{Namespace: "crawl", Name: "edge", UID: "uid-1"}

@@ -14,7 +14,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/CHANGEME/proxy-operator/providers"
+	"github.com/proxy-operator/proxy-operator/providers"
 )
 
 // Config is the mock entry of the providers config.
