@@ -22,10 +22,13 @@ var (
 	ErrNoMatch = errors.New("no proxy available")
 	// ErrInvalid is returned for a request the store cannot act on (the caller validates first).
 	ErrInvalid = errors.New("invalid lease request")
+	// ErrUnavailable is wrapped by a shared store's errors when its backend cannot be reached
+	// or does not answer in time: the request may be retried, nothing was decided.
+	ErrUnavailable = errors.New("lease store unavailable")
 )
 
-// Store holds leases and cooldowns. The in-memory Memory is the only implementation; the
-// interface is here so a shared store (CRD, Redis) can replace it without touching handlers.
+// Store holds leases and cooldowns. Memory is the embedded default; lease/redisstore is the
+// shared store that any number of discovery replicas use at once.
 type Store interface {
 	// Acquire leases the best proxy for the request or returns a *NoMatchError.
 	Acquire(ctx context.Context, r Request) (Lease, error)
