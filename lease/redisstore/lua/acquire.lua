@@ -52,9 +52,10 @@ for i = 9, #ARGV do
   matching = matching + redis.call('SCARD', P .. 'bm:' .. b)
   unhealthy = unhealthy + redis.call('SCARD', P .. 'bu:' .. b)
   full = full + redis.call('SCARD', P .. 'bf:' .. b)
-  local start, done = 0, false
+  -- The head usually wins: read it in a small page first, larger ones past cooling proxies.
+  local start, size, done = 0, 4, false
   while not done do
-    local page = redis.call('ZRANGE', P .. 'bz:' .. b, start, start + 31, 'WITHSCORES')
+    local page = redis.call('ZRANGE', P .. 'bz:' .. b, start, start + size - 1, 'WITHSCORES')
     if #page == 0 then break end
     for j = 1, #page, 2 do
       local p, sc = page[j], tonumber(page[j + 1])
@@ -70,7 +71,8 @@ for i = 9, #ARGV do
         break
       end
     end
-    start = start + 32
+    start = start + size
+    size = 64
   end
 end
 if not best then return {'nomatch', matching, unhealthy, full, cool} end

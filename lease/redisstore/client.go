@@ -1,0 +1,59 @@
+package redisstore
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Client timeouts: a discovery request must answer (503 at worst) well within its own write
+// timeout, so no Redis call may wait long for a dead server.
+const (
+	dialTimeout  = 2 * time.Second
+	readTimeout  = time.Second
+	writeTimeout = time.Second
+)
+
+// NewClient returns a client for rawURL (redis://[user[:password]@]host:port[/db], or rediss://
+// for TLS). passwordFile, when set, holds the password (a mounted Secret) and wins over one in
+// the URL. Errors never carry the password.
+func NewClient(rawURL, passwordFile string) (*redis.Client, error) {
+	if rawURL == "" {
+		return nil, errors.New("redis URL is empty")
+	}
+	opts, err := redis.ParseURL(rawURL)
+	if err != nil {
+		// ParseURL's message can quote the URL: say what is wrong without it.
+		return nil, fmt.Errorf("redis URL %s: want redis://host:port[/db] or rediss:// for TLS", Redact(rawURL))
+	}
+	if passwordFile != "" {
+		b, err := os.ReadFile(passwordFile)
+		if err != nil {
+			return nil, fmt.Errorf("redis password file: %w", err)
+		}
+		pw := strings.TrimSpace(string(b))
+		if pw == "" {
+			return nil, fmt.Errorf("redis password file %s is empty", passwordFile)
+		}
+		opts.Password = pw
+	}
+	opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = dialTimeout, readTimeout, writeTimeout
+	// One retry at most: a call has its own deadline, and a retry loop inside it would only
+	// spend that deadline on a server that is gone.
+	opts.MaxRetries = 1
+	return redis.NewClient(opts), nil
+}
+
+// Redact returns rawURL without its password, fit for logs.
+func Redact(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
+}
