@@ -3,6 +3,7 @@ package redisstore
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"os"
 	"strings"
@@ -21,7 +22,8 @@ const (
 
 // NewClient returns a client for rawURL (redis://[user[:password]@]host:port[/db], or rediss://
 // for TLS). passwordFile, when set, holds the password (a mounted Secret) and wins over one in
-// the URL. Errors never carry the password.
+// the URL; a file that does not exist means no password (an optional Secret not created), an
+// empty one is an error. Errors never carry the password.
 func NewClient(rawURL, passwordFile string) (*redis.Client, error) {
 	if rawURL == "" {
 		return nil, errors.New("redis URL is empty")
@@ -33,14 +35,15 @@ func NewClient(rawURL, passwordFile string) (*redis.Client, error) {
 	}
 	if passwordFile != "" {
 		b, err := os.ReadFile(passwordFile)
-		if err != nil {
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+		case err != nil:
 			return nil, fmt.Errorf("redis password file: %w", err)
-		}
-		pw := strings.TrimSpace(string(b))
-		if pw == "" {
+		case strings.TrimSpace(string(b)) == "":
 			return nil, fmt.Errorf("redis password file %s is empty", passwordFile)
+		default:
+			opts.Password = strings.TrimSpace(string(b))
 		}
-		opts.Password = pw
 	}
 	opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = dialTimeout, readTimeout, writeTimeout
 	// One retry at most: a call has its own deadline, and a retry loop inside it would only
