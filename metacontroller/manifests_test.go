@@ -60,11 +60,17 @@ type rendered map[string][]byte
 
 func render(t *testing.T) rendered {
 	t.Helper()
+	return renderDir(t, ".")
+}
+
+// renderDir renders the kustomization in dir (an overlay such as ha/).
+func renderDir(t *testing.T, dir string) rendered {
+	t.Helper()
 	bin := kubectl(t)
 	ctx, cancel := context.WithTimeout(context.Background(), renderTimeout)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, bin, "kustomize", ".")
+	cmd := exec.CommandContext(ctx, bin, "kustomize", dir)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("kubectl kustomize: %v\n%s", err, stderr.String())
