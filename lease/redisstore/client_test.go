@@ -18,7 +18,7 @@ func TestNewClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	tests := []struct {
-		name, url, file string
+		name, url, file  string
 		wantAddr, wantPW string
 		wantTLS          bool
 		wantErr          string

@@ -65,10 +65,16 @@ func TestRedisDownAndBack(t *testing.T) {
 		"acquire": func() error { _, err := s.Acquire(ctx, lease.Request{TTL: time.Minute}); return err },
 		"renew":   func() error { _, err := s.Renew(ctx, l.ID, 0); return err },
 		"release": func() error { return s.Release(ctx, "x") },
-		"report":  func() error { _, err := s.Report(ctx, l.ID, lease.Report{Result: lease.ResultOK, Target: "x"}); return err },
-		"active":  func() error { _, err := s.Active(ctx); return err },
-		"publish": func() error { view.Upsert(fleet.Proxy{Key: "ns/c", IP: "10.0.0.1", MaxLeases: 1}); return pub.Sync(ctx) },
-		"read":    func() error { return reader.Refresh(ctx) },
+		"report": func() error {
+			_, err := s.Report(ctx, l.ID, lease.Report{Result: lease.ResultOK, Target: "x"})
+			return err
+		},
+		"active": func() error { _, err := s.Active(ctx); return err },
+		"publish": func() error {
+			view.Upsert(fleet.Proxy{Key: "ns/c", IP: "10.0.0.1", MaxLeases: 1})
+			return pub.Sync(ctx)
+		},
+		"read": func() error { return reader.Refresh(ctx) },
 	}
 	for name, op := range ops {
 		if err := op(); !errors.Is(err, lease.ErrUnavailable) {
