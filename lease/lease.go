@@ -40,11 +40,13 @@ type Store interface {
 	// Report records what a crawler saw through a lease's proxy; rate_limited and banned
 	// start or grow that proxy's cooldown for the target. ErrNotFound when the lease is gone.
 	Report(ctx context.Context, id string, r Report) (Cooldown, error)
-	// ActiveCount is the number of live leases.
-	ActiveCount() int
-	// ActiveByProxy is the number of live leases per proxy key (proxies without leases absent).
-	ActiveByProxy() map[string]int
-	// Run expires leases, cooldowns and sessions and follows the fleet until ctx ends.
+	// Count is the number of live leases. A shared store can fail to answer (ErrUnavailable).
+	Count(ctx context.Context) (int, error)
+	// Active is the number of live leases per proxy key (proxies without leases absent).
+	Active(ctx context.Context) (map[string]int, error)
+	// Run does the store's housekeeping until ctx ends. For Memory it is what keeps the index
+	// following the fleet; for a shared store, where every replica runs it and every call
+	// expires what is due, it only keeps an idle store tidy: correctness never waits on it.
 	Run(ctx context.Context) error
 }
 

@@ -390,7 +390,13 @@ func (m *Memory) Report(_ context.Context, id string, r Report) (Cooldown, error
 	return out, nil
 }
 
-// ActiveCount implements Store.
+// Count implements Store; it never fails.
+func (m *Memory) Count(context.Context) (int, error) { return m.ActiveCount(), nil }
+
+// Active implements Store; it never fails.
+func (m *Memory) Active(context.Context) (map[string]int, error) { return m.ActiveByProxy(), nil }
+
+// ActiveCount is the number of live leases.
 func (m *Memory) ActiveCount() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -398,7 +404,7 @@ func (m *Memory) ActiveCount() int {
 	return len(m.leases)
 }
 
-// ActiveByProxy implements Store.
+// ActiveByProxy is the number of live leases per proxy key (proxies without leases absent).
 func (m *Memory) ActiveByProxy() map[string]int {
 	m.mu.Lock()
 	defer m.mu.Unlock()

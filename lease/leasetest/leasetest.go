@@ -236,10 +236,10 @@ func testCapacity(t *testing.T, f Factory) {
 	if !errors.As(err, &nm) || nm.AtCapacity != 2 {
 		t.Fatalf("fourth Acquire: err %v, want 2 at capacity", err)
 	}
-	if diff := cmp.Diff(got, fx.h.Store.ActiveByProxy()); diff != "" {
+	if diff := cmp.Diff(got, active(t, fx.h.Store)); diff != "" {
 		t.Errorf("ActiveByProxy mismatch (-want +got):\n%s", diff)
 	}
-	if n := fx.h.Store.ActiveCount(); n != 3 {
+	if n := count(t, fx.h.Store); n != 3 {
 		t.Errorf("ActiveCount %d, want 3", n)
 	}
 }
@@ -263,14 +263,14 @@ func testExpiryAndRenew(t *testing.T, f Factory) {
 		t.Errorf("renewed lease on %s with %d active, want ns/a with 1", r.Proxy.Key, r.Active)
 	}
 	fx.clock.Advance(8 * time.Second) // 16 s after the grant: alive only thanks to the renewal
-	if got := fx.h.Store.ActiveCount(); got != 1 {
+	if got := count(t, fx.h.Store); got != 1 {
 		t.Fatalf("ActiveCount after renewal = %d, want 1", got)
 	}
 	if _, err := fx.acquire(t, lease.Request{}); !errors.Is(err, lease.ErrNoMatch) {
 		t.Fatalf("Acquire on a full proxy: err %v, want ErrNoMatch", err)
 	}
 	fx.clock.Advance(2 * time.Second)
-	if got := fx.h.Store.ActiveCount(); got != 0 {
+	if got := count(t, fx.h.Store); got != 0 {
 		t.Fatalf("ActiveCount after expiry = %d, want 0", got)
 	}
 	if _, err := fx.h.Store.Renew(ctx, l.ID, time.Minute); !errors.Is(err, lease.ErrNotFound) {
@@ -316,10 +316,10 @@ func testRelease(t *testing.T, f Factory) {
 	if err := fx.h.Store.Release(ctx, "unknown"); err != nil {
 		t.Fatalf("Release(unknown): %v", err)
 	}
-	if got := fx.h.Store.ActiveCount(); got != 0 {
+	if got := count(t, fx.h.Store); got != 0 {
 		t.Errorf("ActiveCount = %d, want 0", got)
 	}
-	if got := fx.h.Store.ActiveByProxy(); len(got) != 0 {
+	if got := active(t, fx.h.Store); len(got) != 0 {
 		t.Errorf("ActiveByProxy = %v, want empty", got)
 	}
 	fx.mustAcquire(t, lease.Request{})
@@ -575,10 +575,10 @@ func testProxyLeaving(t *testing.T, f Factory) {
 	}
 	fx.view.Remove(l2.Proxy.Key)
 	fx.h.Sync(t)
-	if got := fx.h.Store.ActiveCount(); got != 0 {
+	if got := count(t, fx.h.Store); got != 0 {
 		t.Errorf("ActiveCount = %d after both proxies left, want 0", got)
 	}
-	if got := fx.h.Store.ActiveByProxy(); len(got) != 0 {
+	if got := active(t, fx.h.Store); len(got) != 0 {
 		t.Errorf("ActiveByProxy = %v after both proxies left, want empty", got)
 	}
 	// Back in the fleet: leasable again, from zero.
@@ -675,4 +675,22 @@ func testLeaseRecord(t *testing.T, f Factory) {
 	if l.Health.State != lifecycle.HealthHealthy || l.Health.LatencyMillis != 42 || l.Target != "t.example" || l.SessionKey != "s" || l.Active != 1 || l.ID == "" {
 		t.Errorf("lease %+v: want healthy at 42 ms, target, session, 1 active and an id", l)
 	}
+}
+
+func active(t *testing.T, s lease.Store) map[string]int {
+	t.Helper()
+	m, err := s.Active(context.Background())
+	if err != nil {
+		t.Fatalf("Active: %v", err)
+	}
+	return m
+}
+
+func count(t *testing.T, s lease.Store) int {
+	t.Helper()
+	n, err := s.Count(context.Background())
+	if err != nil {
+		t.Fatalf("Count: %v", err)
+	}
+	return n
 }

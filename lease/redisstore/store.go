@@ -250,8 +250,7 @@ func (s *Store) Report(ctx context.Context, id string, r lease.Report) (lease.Co
 	return lease.Cooldown{}, fmt.Errorf("report: unexpected script answer %q", str(res, 0))
 }
 
-// Active returns the live leases per proxy (ActiveByProxy with the error a shared store can
-// meet).
+// Active implements lease.Store.
 func (s *Store) Active(ctx context.Context) (map[string]int, error) {
 	ctx, cancel := s.op(ctx)
 	defer cancel()
@@ -269,7 +268,7 @@ func (s *Store) Active(ctx context.Context) (map[string]int, error) {
 	return out, nil
 }
 
-// Count returns the number of live leases (ActiveCount with its error).
+// Count implements lease.Store.
 func (s *Store) Count(ctx context.Context) (int, error) {
 	ctx, cancel := s.op(ctx)
 	defer cancel()
@@ -280,15 +279,13 @@ func (s *Store) Count(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-// ActiveCount implements lease.Store; it is 0 while Redis cannot be reached (Count has the
-// error).
+// ActiveCount is Count for callers that cannot handle its error: 0 while Redis is out.
 func (s *Store) ActiveCount() int {
 	n, _ := s.Count(context.Background())
 	return n
 }
 
-// ActiveByProxy implements lease.Store; it is empty while Redis cannot be reached (Active has
-// the error).
+// ActiveByProxy is Active for callers that cannot handle its error: empty while Redis is out.
 func (s *Store) ActiveByProxy() map[string]int {
 	m, err := s.Active(context.Background())
 	if err != nil {
