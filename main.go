@@ -29,6 +29,8 @@ type subcommand struct {
 var subcommands = map[string]subcommand{
 	"replay": {usage: replay.CommandUsage + "\n\treplay captured or committed hook fixtures through the real router",
 		run: func(_ context.Context, args []string, stdout, _ io.Writer) error { return replay.Command(args, stdout) }},
+	"discovery": {usage: "proxy-operator discovery -lease-store redis://HOST:PORT [flags]\n\tserve only the discovery API, from the Redis an operator fills (any number of replicas)",
+		run: runDiscovery},
 }
 
 // options is what the flags say: the operator's Config and how to log.
@@ -66,6 +68,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&c.GCMinAge, "gc-min-age", d.GCMinAge, "never delete an instance younger than this")
 	fs.IntVar(&c.GCMaxDeletions, "gc-max-deletions", d.GCMaxDeletions, "a sweep finding more orphans than this deletes none (-1: no limit)")
 	fs.BoolVar(&c.GCDryRun, "gc-dry-run", false, "log the orphans GC would delete, delete none")
+	fs.StringVar(&c.LeaseStore, "lease-store", "", leaseStoreUsage+"; empty: in memory")
+	fs.StringVar(&c.LeaseStorePasswordFile, "lease-store-password-file", "", leaseStorePasswordUsage)
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}
@@ -83,6 +87,53 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	c.DiscoveryToken = os.Getenv("DISCOVERY_TOKEN")
 	return o, nil
+}
+
+const (
+	leaseStoreUsage         = "Redis URL (redis://host:port[/db], rediss:// for TLS) that keeps leases, cooldowns and sessions and receives the fleet for discovery replicas"
+	leaseStorePasswordUsage = "file holding the Redis password (a mounted Secret; wins over the URL's; a missing file means none)"
+)
+
+// runDiscovery is the discovery subcommand: the discovery API alone, served from Redis.
+func runDiscovery(ctx context.Context, args []string, _, stderr io.Writer) error {
+	fs := flag.NewFlagSet("proxy-operator discovery", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c := operator.DiscoveryDefaults()
+	var level, format string
+	fs.StringVar(&c.DiscoveryAddr, "discovery-addr", c.DiscoveryAddr, "listen address of the discovery and lease API")
+	fs.StringVar(&c.DiscoveryTokenFile, "discovery-token-file", "", "file holding the discovery API bearer token (wins over DISCOVERY_TOKEN); empty token: auth off")
+	fs.StringVar(&c.LeaseStore, "lease-store", "", leaseStoreUsage+" (required)")
+	fs.StringVar(&c.LeaseStorePasswordFile, "lease-store-password-file", "", leaseStorePasswordUsage)
+	fs.DurationVar(&c.LeaseMaxTTL, "lease-max-ttl", c.LeaseMaxTTL, "longest lease TTL a client may ask for")
+	fs.DurationVar(&c.LeaseCooldown, "lease-cooldown", c.LeaseCooldown, "cooldown of a proxy for a target after a rate_limited report (same as the operator's)")
+	fs.DurationVar(&c.LeaseBanCooldown, "lease-ban-cooldown", c.LeaseBanCooldown, "cooldown of a proxy for a target after a banned report (same as the operator's)")
+	fs.DurationVar(&c.LeaseMaxCooldown, "lease-max-cooldown", c.LeaseMaxCooldown, "cap of a cooldown grown by repeated reports (same as the operator's)")
+	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", c.ShutdownGrace, "time allowed for in-flight requests at shutdown")
+	fs.StringVar(&level, "log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&format, "log-format", "json", "log format: json or text")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	o := options{logFormat: format}
+	if err := o.logLevel.UnmarshalText([]byte(level)); err != nil {
+		return fmt.Errorf("-log-level: %w", err)
+	}
+	if format != "json" && format != "text" {
+		return fmt.Errorf("-log-format %q: want json or text", format)
+	}
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	c.DiscoveryToken = os.Getenv("DISCOVERY_TOKEN")
+	c.Log = newLogger(o, stderr)
+	d, err := operator.NewDiscovery(c)
+	if err != nil {
+		return err
+	}
+	return d.Run(ctx)
 }
 
 func newLogger(o options, w io.Writer) *slog.Logger {
