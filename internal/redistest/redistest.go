@@ -24,6 +24,8 @@ type Server struct {
 	Addr string
 	Dir  string
 
+	extra []string // more redis-server arguments
+
 	mu     sync.Mutex
 	cmd    *exec.Cmd
 	exited chan error
@@ -44,11 +46,12 @@ func Binary(t testing.TB) string {
 	return path
 }
 
-// Start runs a fresh redis-server with append-only persistence and stops it at cleanup.
-func Start(t testing.TB) *Server {
+// Start runs a fresh redis-server with append-only persistence and stops it at cleanup;
+// extra are more redis-server arguments (e.g. "--requirepass", "pw").
+func Start(t testing.TB, extra ...string) *Server {
 	t.Helper()
 	bin := Binary(t)
-	s := &Server{t: t, Dir: t.TempDir()}
+	s := &Server{t: t, Dir: t.TempDir(), extra: extra}
 	var err error
 	for range 5 { // a port picked free can be taken before redis binds it: try another
 		s.Addr, err = freePort()
@@ -93,10 +96,11 @@ func (s *Server) start(bin string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	_, port, _ := net.SplitHostPort(s.Addr)
-	cmd := exec.Command(bin,
+	args := append([]string{
 		"--bind", "127.0.0.1", "--port", port, "--dir", s.Dir,
 		"--appendonly", "yes", "--appendfsync", "everysec", "--save", "",
-		"--protected-mode", "no", "--daemonize", "no", "--loglevel", "warning")
+		"--protected-mode", "no", "--daemonize", "no", "--loglevel", "warning"}, s.extra...)
+	cmd := exec.Command(bin, args...)
 	s.out.Reset()
 	cmd.Stdout, cmd.Stderr = &s.out, &s.out
 	if err := cmd.Start(); err != nil {
@@ -104,7 +108,7 @@ func (s *Server) start(bin string) error {
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, DialTimeout: time.Second})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, Password: s.password(), MaxRetries: -1, DialTimeout: time.Second})
 	defer c.Close()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -151,9 +155,18 @@ func (s *Server) PID() int {
 	return s.cmd.Process.Pid
 }
 
+func (s *Server) password() string {
+	for i, a := range s.extra {
+		if a == "--requirepass" && i+1 < len(s.extra) {
+			return s.extra[i+1]
+		}
+	}
+	return ""
+}
+
 // Client returns a client of the server, closed at cleanup.
 func (s *Server) Client(t testing.TB) *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, Password: s.password()})
 	t.Cleanup(func() { c.Close() })
 	return c
 }
