@@ -38,11 +38,13 @@ bench-probes:
 	PROBE_BENCH_SECONDS=$${PROBE_BENCH_SECONDS:-60} $(GO) test -run '^$$' -bench BenchmarkProbeScheduler -benchtime 1x -timeout 10m ./health/
 
 # bench-discovery: lease+release cycles over loopback HTTP (64 clients, 1,000 and 10,000
-# proxies) against no-op handlers on the same server, then the index against a fleet scan
-# (about 40 s in all).
+# proxies) on the in-memory store and on the Redis store (a local redis-server) against no-op
+# handlers on the same server; then 2 `proxy-operator discovery` processes sharing one Redis;
+# then the index against a fleet scan and the two stores under 64 goroutines without HTTP
+# (about 2 minutes in all; needs redis-server).
 bench-discovery:
-	$(GO) test -run '^$$' -bench BenchmarkDiscoveryLease -benchtime 3x ./server/discovery/
-	$(GO) test -run '^$$' -bench BenchmarkAcquireRelease -benchtime 1s ./lease/
+	$(GO) test -run '^$$' -bench 'BenchmarkDiscoveryLease|BenchmarkDiscoveryRedisReplicas' -benchtime 3x -timeout 20m ./server/discovery/
+	$(GO) test -run '^$$' -bench BenchmarkAcquireRelease -benchtime 1s ./lease/ ./lease/redisstore/
 
 # fuzz runs every fuzz target in the module for FUZZTIME each, one after another (go test
 # -fuzz takes one target per run). CI runs it with FUZZTIME=10s; a crash is saved under the
