@@ -46,7 +46,8 @@ func Binary(t testing.TB) string {
 	return path
 }
 
-// Start runs a fresh redis-server with append-only persistence and stops it at cleanup;
+// Start runs a fresh redis-server with append-only persistence (appendfsync always, what the
+// lease store needs to lose no acknowledged grant in a crash) and stops it at cleanup;
 // extra are more redis-server arguments (e.g. "--requirepass", "pw").
 func Start(t testing.TB, extra ...string) *Server {
 	t.Helper()
@@ -98,7 +99,7 @@ func (s *Server) start(bin string) error {
 	_, port, _ := net.SplitHostPort(s.Addr)
 	args := append([]string{
 		"--bind", "127.0.0.1", "--port", port, "--dir", s.Dir,
-		"--appendonly", "yes", "--appendfsync", "everysec", "--save", "",
+		"--appendonly", "yes", "--appendfsync", "always", "--save", "",
 		"--protected-mode", "no", "--daemonize", "no", "--loglevel", "warning"}, s.extra...)
 	cmd := exec.Command(bin, args...)
 	s.out.Reset()
