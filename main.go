@@ -14,6 +14,8 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/proxy-operator/proxy-operator/operator"
 	"github.com/proxy-operator/proxy-operator/replay"
 )
@@ -129,11 +131,20 @@ func runDiscovery(ctx context.Context, args []string, _, stderr io.Writer) error
 	}
 	c.DiscoveryToken = os.Getenv("DISCOVERY_TOKEN")
 	c.Log = newLogger(o, stderr)
+	redis.SetLogger(redisLog{c.Log.With("component", "redis-client")})
 	d, err := operator.NewDiscovery(c)
 	if err != nil {
 		return err
 	}
 	return d.Run(ctx)
+}
+
+// redisLog routes the Redis client's own messages (dial failures while Redis is out) into the
+// process log instead of bare lines on stderr. It is the client library's one global.
+type redisLog struct{ log *slog.Logger }
+
+func (l redisLog) Printf(_ context.Context, format string, v ...any) {
+	l.log.Warn("redis client", "detail", fmt.Sprintf(format, v...))
 }
 
 func newLogger(o options, w io.Writer) *slog.Logger {
@@ -168,6 +179,7 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	o.operator.Log = newLogger(o, stderr)
+	redis.SetLogger(redisLog{o.operator.Log.With("component", "redis-client")})
 	op, err := operator.New(o.operator)
 	if err != nil {
 		return err
