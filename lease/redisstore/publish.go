@@ -96,6 +96,12 @@ func (pb *Publisher) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-changed:
+			// A pass reads the whole view: bound its cost when the fleet changes all the time.
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(lease.DefaultMinSyncInterval):
+			}
 		case <-t.C:
 		}
 	}
