@@ -1,6 +1,7 @@
 package client_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -54,7 +55,7 @@ func Example() {
 		}
 		body, _ := io.ReadAll(res.Body)
 		res.Body.Close()
-		fmt.Printf("%s via %s: %d %s\n", page, l.Proxy.ID, res.StatusCode, body)
+		fmt.Printf("%s via %s: %d %s\n", page, l.Proxy.ID, res.StatusCode, bytes.TrimSpace(body))
 		if res.StatusCode == http.StatusTooManyRequests || res.StatusCode == http.StatusForbidden {
 			result := client.ResultRateLimited
 			if res.StatusCode == http.StatusForbidden {
