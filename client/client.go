@@ -77,13 +77,15 @@ func (e *APIError) Unwrap() error {
 }
 
 // NoMatchError is the 409 answer to a lease request: why no proxy fits, with counts over the
-// proxies matching the selector (each counted once, first of unhealthy, at capacity, cooling).
+// proxies matching the selector (each counted once, first of unhealthy, at capacity, cooling
+// for the target, already leased for the target).
 type NoMatchError struct {
 	APIError
 	Matching         int
 	Unhealthy        int
 	AtCapacity       int
 	CoolingForTarget int
+	LeasedForTarget  int
 	Target           string
 }
 
@@ -444,6 +446,7 @@ func (c *Client) once(ctx context.Context, method, rawURL, path string, payload 
 		Unhealthy        int    `json:"unhealthy"`
 		AtCapacity       int    `json:"atCapacity"`
 		CoolingForTarget int    `json:"coolingForTarget"`
+		LeasedForTarget  int    `json:"leasedForTarget"`
 		Target           string `json:"target"`
 	}
 	if json.Unmarshal(b, &eb) == nil && eb.Error != "" {
@@ -456,7 +459,7 @@ func (c *Client) once(ctx context.Context, method, rawURL, path string, payload 
 	}
 	if res.StatusCode == http.StatusConflict {
 		return &NoMatchError{APIError: api, Matching: eb.Matching, Unhealthy: eb.Unhealthy,
-			AtCapacity: eb.AtCapacity, CoolingForTarget: eb.CoolingForTarget, Target: eb.Target}
+			AtCapacity: eb.AtCapacity, CoolingForTarget: eb.CoolingForTarget, LeasedForTarget: eb.LeasedForTarget, Target: eb.Target}
 	}
 	return &api
 }

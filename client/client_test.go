@@ -18,7 +18,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/internal/clocktest"
 	"github.com/proxy-operator/proxy-operator/lease"
 	"github.com/proxy-operator/proxy-operator/lifecycle"
-	"github.com/proxy-operator/proxy-operator/server"
+	"github.com/proxy-operator/proxy-operator/server/discovery"
 )
 
 // health is the prober's verdict as the test sets it (the operator: health.Scheduler).
@@ -58,7 +58,7 @@ func startAPI(t *testing.T, token string, warmup time.Duration) *api {
 	h := &health{m: map[string]lifecycle.Health{}}
 	store := lease.NewMemory(lease.Config{Fleet: view, Health: h, Now: clock.Now,
 		RateLimitedCooldown: time.Minute, BannedCooldown: time.Hour, MaxCooldown: 24 * time.Hour})
-	d := &server.Discovery{Fleet: view, Health: h, Leases: store, Token: token, Now: clock.Now, Log: slog.New(slog.DiscardHandler)}
+	d := &discovery.Discovery{Fleet: view, Health: h, Leases: store, Token: token, Now: clock.Now, Log: slog.New(slog.DiscardHandler)}
 	srv := httptest.NewServer(d.Handler())
 	t.Cleanup(srv.Close)
 	return &api{url: srv.URL, clock: clock, view: view, health: h}
@@ -131,11 +131,12 @@ func TestListLeaseRenewReportRelease(t *testing.T) {
 		t.Fatalf("renewed expiry %v, want %v", renewed.ExpiresAt, a.clock.Now().Add(2*time.Minute))
 	}
 
+	// The site's Retry-After (rounded up to whole seconds) is the cooldown.
 	cd, err := c.Report(ctx, got.ID, Report{Result: ResultRateLimited, Target: "shop.example", RetryAfter: 1500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cd.ProxyID != "crawl/eu-1" || cd.Strikes != 1 || cd.Until == nil || !cd.Until.Equal(a.clock.Now().Add(time.Minute)) {
+	if cd.ProxyID != "crawl/eu-1" || cd.Strikes != 1 || cd.Until == nil || !cd.Until.Equal(a.clock.Now().Add(2*time.Second)) {
 		t.Fatalf("report = %+v", cd)
 	}
 	ok, err := c.Report(ctx, got.ID, Report{Result: ResultOK, Target: "shop.example"})
@@ -164,15 +165,17 @@ func TestNoMatchCountsAfterRetries(t *testing.T) {
 	a.addProxy("eu-1", "127.0.0.11", "eu", lifecycle.HealthHealthy, 5)
 	a.addProxy("eu-2", "127.0.0.12", "eu", lifecycle.HealthUnhealthy, 5)
 	a.addProxy("eu-3", "127.0.0.13", "eu", lifecycle.HealthHealthy, 50)
+	a.view.Upsert(fleet.Proxy{Key: "crawl/eu-4", UID: "uid-eu-4", IP: "127.0.0.14", Port: 3128, Attributes: map[string]string{"geo": "eu"}, MaxLeases: 4, Phase: "Ready"})
+	a.health.set("crawl/eu-4", lifecycle.HealthHealthy, 60)
 	c, waits := newClient(t, a, WithRetry(1, time.Second))
 	ctx := context.Background()
 	sel := map[string]string{"geo": "eu"}
-	// Fewest leases first, then lowest latency: eu-1, eu-3, eu-1. Then eu-1 is full, and
-	// eu-3 is reported banned for shop.example.
+	// Fewest leases first, then lowest latency: eu-1, eu-3, eu-4, eu-1. Then eu-1 is full,
+	// eu-3 is reported banned for shop.example and eu-4 is leased for it.
 	var grants []string
 	var l3 *Lease
-	for range 3 {
-		l, err := c.Lease(ctx, LeaseRequest{Selector: sel, Target: "other.example"})
+	for range 4 {
+		l, err := c.Lease(ctx, LeaseRequest{Selector: sel})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -181,14 +184,14 @@ func TestNoMatchCountsAfterRetries(t *testing.T) {
 			l3 = l
 		}
 	}
-	if diff := cmp.Diff([]string{"crawl/eu-1", "crawl/eu-3", "crawl/eu-1"}, grants); diff != "" {
+	if diff := cmp.Diff([]string{"crawl/eu-1", "crawl/eu-3", "crawl/eu-4", "crawl/eu-1"}, grants); diff != "" {
 		t.Fatalf("grants (-want +got):\n%s", diff)
 	}
 	if _, err := c.Report(ctx, l3.ID, Report{Result: ResultBanned, Target: "shop.example"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Release(ctx, l3.ID); err != nil {
-		t.Fatal(err)
+	if l, err := c.Lease(ctx, LeaseRequest{Selector: sel, Target: "shop.example"}); err != nil || l.Proxy.ID != "crawl/eu-4" {
+		t.Fatalf("lease for shop.example: %+v, %v; want crawl/eu-4", l, err)
 	}
 
 	retrying, rwaits := newClient(t, a, WithRetry(3, time.Second))
@@ -197,7 +200,7 @@ func TestNoMatchCountsAfterRetries(t *testing.T) {
 	if !errors.As(err, &nm) || !errors.Is(err, ErrNoMatch) {
 		t.Fatalf("lease: %v, want *NoMatchError", err)
 	}
-	want := NoMatchError{Matching: 3, Unhealthy: 1, AtCapacity: 1, CoolingForTarget: 1, Target: "shop.example"}
+	want := NoMatchError{Matching: 4, Unhealthy: 1, AtCapacity: 1, CoolingForTarget: 1, LeasedForTarget: 1, Target: "shop.example"}
 	if diff := cmp.Diff(want, *nm, cmp.FilterPath(func(p cmp.Path) bool { return p.String() == "APIError" }, cmp.Ignore())); diff != "" {
 		t.Fatalf("no-match counts (-want +got):\n%s", diff)
 	}

@@ -17,7 +17,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/fleet"
 	"github.com/proxy-operator/proxy-operator/lease"
 	"github.com/proxy-operator/proxy-operator/lifecycle"
-	"github.com/proxy-operator/proxy-operator/server"
+	"github.com/proxy-operator/proxy-operator/server/discovery"
 )
 
 // Example leases a proxy for a site, keeps the lease alive while crawling through it, reports
@@ -118,7 +118,7 @@ func exampleWorld() (apiURL, siteURL string, stop func()) {
 	view.Upsert(fleet.Proxy{Key: "crawl/eu-1", IP: pu.Hostname(), Port: int32(port), Attributes: map[string]string{"geo": "eu"}, MaxLeases: 4, Phase: "Ready"})
 	health := healthy{}
 	store := lease.NewMemory(lease.Config{Fleet: view, Health: health})
-	d := &server.Discovery{Fleet: view, Health: health, Leases: store, Token: "crawler-token", Log: slog.New(slog.DiscardHandler)}
+	d := &discovery.Discovery{Fleet: view, Health: health, Leases: store, Token: "crawler-token", Log: slog.New(slog.DiscardHandler)}
 	api := httptest.NewServer(d.Handler())
 	return api.URL, site.URL, func() { api.Close(); proxy.Close(); site.Close() }
 }

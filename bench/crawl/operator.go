@@ -4,24 +4,17 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
-	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/proxy-operator/proxy-operator/fleet"
-	"github.com/proxy-operator/proxy-operator/health"
-	"github.com/proxy-operator/proxy-operator/lease"
 	"github.com/proxy-operator/proxy-operator/lifecycle"
-	"github.com/proxy-operator/proxy-operator/providers"
+	"github.com/proxy-operator/proxy-operator/operator"
+	"github.com/proxy-operator/proxy-operator/providers/factory"
 	"github.com/proxy-operator/proxy-operator/providers/mock"
-	"github.com/proxy-operator/proxy-operator/server"
 )
 
 // OperatorConfig is what the benchmark sets of the operator; the rest is main.go's default.
@@ -42,92 +35,52 @@ type Operator struct {
 	DiscoveryURL string
 	Token        string
 	View         *fleet.View
-	stop         func()
+	cancel       context.CancelFunc
+	done         chan error
 }
 
-// Close stops the operator and its mock proxies.
-func (o *Operator) Close() { o.stop() }
+// Close stops the operator (servers, loops) and its mock proxies.
+func (o *Operator) Close() {
+	o.cancel()
+	<-o.done
+}
 
-// StartOperator assembles the operator the way main.go's run does (one provider set, the
-// fleet view, the prober, the lease store, hook and discovery servers on loopback listeners,
-// the background loops), then plays Metacontroller: it syncs cfg.Proxies Managed mock Proxies
-// until each is Ready and probed healthy through itself.
+// StartOperator runs the real operator in-process (operator.New and Run, as main does, with
+// the mock provider serving real forward proxies and the discovery API behind a token), then
+// plays Metacontroller: it syncs cfg.Proxies Managed mock Proxies until each is Ready and
+// probed healthy through itself.
 func StartOperator(ctx context.Context, cfg OperatorConfig) (*Operator, error) {
-	log := slog.New(slog.DiscardHandler)
-	reg := prometheus.NewRegistry()
-	// What factory.Build makes of a mock entry, kept by hand so the proxies can be stopped.
-	mp, err := mock.New(mock.Config{ProvisioningDelay: mock.Duration(200 * time.Millisecond), ServeProxies: true})
+	pcfg := factory.Config{Providers: []factory.Entry{{Name: "mock", Type: "mock",
+		Mock: &mock.Config{ProvisioningDelay: mock.Duration(200 * time.Millisecond), ServeProxies: true}}}}
+	op, err := operator.New(operator.Config{
+		HookAddr: "127.0.0.1:0", DiscoveryAddr: "127.0.0.1:0", Providers: &pcfg,
+		DiscoveryToken: cfg.Token, ShutdownGrace: 5 * time.Second,
+		LeaseCooldown: cfg.RateLimitedCooldown, LeaseBanCooldown: cfg.BannedCooldown, LeaseMaxCooldown: cfg.MaxCooldown,
+	})
 	if err != nil {
 		return nil, err
 	}
-	set := providers.NewSet(providers.Entry{Name: "mock", Type: "mock", Provider: providers.NewMetrics(reg).Instrument("mock", mp)})
-	view := fleet.New(time.Now, 0)
-	prober := health.NewHTTPProber(nil)
-	sched, err := health.New(health.Config{View: view, Prober: prober, Registerer: reg, Log: log})
-	if err != nil {
-		prober.Close()
-		return nil, err
-	}
-	hooks := &server.Hooks{Providers: set, Fleet: view, Health: sched,
-		HealthResync: health.ResyncPolicy{QPS: health.DefaultResyncQPS}.After, Log: log, Registry: reg}
-	store := lease.NewMemory(lease.Config{Fleet: view, Health: sched, Now: time.Now,
-		RateLimitedCooldown: cfg.RateLimitedCooldown, BannedCooldown: cfg.BannedCooldown, MaxCooldown: cfg.MaxCooldown})
-	disc := &server.Discovery{Fleet: view, Health: sched, Leases: store, Token: cfg.Token, Log: log, Registerer: reg}
-
 	// The probe target: what every proxy fetches through itself to prove it works.
-	probeMux := http.NewServeMux()
-	probeMux.HandleFunc("/generate_204", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
-	var servers []*http.Server
-	var lns []net.Listener
-	listen := func(h http.Handler, s *http.Server) (string, error) {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return "", err
-		}
-		if s == nil {
-			s = &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second,
-				WriteTimeout: 2*server.DefaultProviderTimeout + 10*time.Second, IdleTimeout: 120 * time.Second, MaxHeaderBytes: 64 << 10}
-		}
-		servers, lns = append(servers, s), append(lns, ln)
-		return "http://" + ln.Addr().String(), nil
+	probe := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }),
+		ReadHeaderTimeout: 5 * time.Second}
+	probeLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
 	}
+	go func() { _ = probe.Serve(probeLn) }()
 	runCtx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	stop := func() {
-		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer scancel()
-		for _, s := range servers {
-			_ = s.Shutdown(sctx)
-		}
-		cancel()
-		wg.Wait()
-		prober.Close()
-		mp.Close()
-	}
-	hookURL, err1 := listen(hooks.Handler(), nil)
-	discURL, err2 := listen(nil, disc.Server(""))
-	probeURL, err3 := listen(probeMux, nil)
-	if err := errors.Join(err1, err2, err3); err != nil {
-		for _, ln := range lns {
-			ln.Close()
-		}
-		stop()
+	done := make(chan error, 1)
+	go func() {
+		err := op.Run(runCtx)
+		_ = probe.Close()
+		done <- err
+	}()
+	o := &Operator{DiscoveryURL: "http://" + op.DiscoveryAddr(), Token: cfg.Token, View: op.Fleet(), cancel: cancel, done: done}
+	if err := playMetacontroller(ctx, "http://"+op.HookAddr(), "http://"+probeLn.Addr().String()+"/generate_204", cfg, op.Health()); err != nil {
+		o.Close()
 		return nil, err
 	}
-	for i, s := range servers {
-		wg.Add(1)
-		go func() { defer wg.Done(); _ = s.Serve(lns[i]) }()
-	}
-	for _, loop := range []func(context.Context) error{sched.Run, store.Run} {
-		wg.Add(1)
-		go func() { defer wg.Done(); _ = loop(runCtx) }()
-	}
-	op := &Operator{DiscoveryURL: discURL, Token: cfg.Token, View: view, stop: stop}
-	if err := playMetacontroller(ctx, hookURL, probeURL+"/generate_204", cfg, sched); err != nil {
-		op.Close()
-		return nil, err
-	}
-	return op, nil
+	return o, nil
 }
 
 // playMetacontroller syncs every Proxy, feeding each answer's status back as Metacontroller
