@@ -184,7 +184,7 @@ func (c *Client) List(ctx context.Context, o ListOptions) (*ProxyList, error) {
 		q.Set("healthy", strconv.FormatBool(*o.Healthy))
 	}
 	var out ProxyList
-	if err := c.do(ctx, http.MethodGet, "/v1/proxies", q, nil, &out, maxListBytes, false); err != nil {
+	if err := c.do(ctx, http.MethodGet, "/v1/proxies", q, nil, &out, maxListBytes, idempotent); err != nil {
 		return nil, err
 	}
 	return &out, nil
@@ -264,7 +264,7 @@ type leaseBody struct {
 func (c *Client) Lease(ctx context.Context, r LeaseRequest) (*Lease, error) {
 	body := leaseBody{Selector: r.Selector, Target: r.Target, SessionKey: r.SessionKey, TTLSeconds: ttlSeconds(r.TTL)}
 	var out Lease
-	if err := c.do(ctx, http.MethodPost, "/v1/leases", nil, body, &out, maxOtherBytes, true); err != nil {
+	if err := c.do(ctx, http.MethodPost, "/v1/leases", nil, body, &out, maxOtherBytes, retryConflict); err != nil {
 		return nil, err
 	}
 	return &out, nil
@@ -278,7 +278,7 @@ func (c *Client) Renew(ctx context.Context, id string, ttl time.Duration) (*Leas
 		body = map[string]int64{"ttlSeconds": s}
 	}
 	var out Lease
-	if err := c.do(ctx, http.MethodPost, "/v1/leases/"+url.PathEscape(id)+"/renew", nil, body, &out, maxOtherBytes, false); err != nil {
+	if err := c.do(ctx, http.MethodPost, "/v1/leases/"+url.PathEscape(id)+"/renew", nil, body, &out, maxOtherBytes, idempotent); err != nil {
 		return nil, err
 	}
 	return &out, nil
@@ -286,7 +286,7 @@ func (c *Client) Renew(ctx context.Context, id string, ttl time.Duration) (*Leas
 
 // Release ends a lease. Releasing a lease that is already gone is not an error.
 func (c *Client) Release(ctx context.Context, id string) error {
-	return c.do(ctx, http.MethodDelete, "/v1/leases/"+url.PathEscape(id), nil, nil, nil, maxOtherBytes, false)
+	return c.do(ctx, http.MethodDelete, "/v1/leases/"+url.PathEscape(id), nil, nil, nil, maxOtherBytes, idempotent)
 }
 
 // Result is what a crawler saw on a target.
@@ -329,7 +329,7 @@ func (c *Client) Report(ctx context.Context, id string, r Report) (*Cooldown, er
 		body.RetryAfterSeconds = &s
 	}
 	var out Cooldown
-	if err := c.do(ctx, http.MethodPost, "/v1/leases/"+url.PathEscape(id)+"/report", nil, body, &out, maxOtherBytes, false); err != nil {
+	if err := c.do(ctx, http.MethodPost, "/v1/leases/"+url.PathEscape(id)+"/report", nil, body, &out, maxOtherBytes, 0); err != nil {
 		return nil, err
 	}
 	return &out, nil
@@ -354,9 +354,21 @@ func ParseRetryAfter(v string, now time.Time) time.Duration {
 	return 0
 }
 
-// do sends one call, retrying 409 (when retryConflict), 429, 503 and transport errors with
-// bounded backoff, honouring Retry-After.
-func (c *Client) do(ctx context.Context, method, path string, q url.Values, body, out any, limit int64, retryConflict bool) error {
+// retryPolicy says what else a call retries besides 429 and 503 (answers that changed nothing).
+type retryPolicy int
+
+const (
+	// idempotent calls (list, renew, release) also retry transport errors: repeating one that
+	// did arrive changes nothing.
+	idempotent retryPolicy = 1 << iota
+	// retryConflict (lease) also retries 409: cooldowns end and leases are released. A lease
+	// that failed in transit is not retried: it may have been granted, and a retry could hold
+	// two (the orphan expires with its TTL). Nor is a report: it would count a strike twice.
+	retryConflict
+)
+
+// do sends one call, retrying as policy allows with bounded backoff, honouring Retry-After.
+func (c *Client) do(ctx context.Context, method, path string, q url.Values, body, out any, limit int64, policy retryPolicy) error {
 	var payload []byte
 	if body != nil {
 		var err error
@@ -379,7 +391,7 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 		switch {
 		case errors.As(err, &api):
 			retryable := api.StatusCode == http.StatusTooManyRequests || api.StatusCode == http.StatusServiceUnavailable ||
-				(retryConflict && api.StatusCode == http.StatusConflict)
+				(policy&retryConflict != 0 && api.StatusCode == http.StatusConflict)
 			if !retryable {
 				return err
 			}
@@ -389,9 +401,7 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 				}
 				wait = max(api.RetryAfter, wait)
 			}
-		case method == http.MethodPost && strings.HasSuffix(path, "/v1/leases"):
-			// A lease request that failed in transit may have been granted: retrying could
-			// hold two. The orphan expires with its TTL; say so rather than guess.
+		case policy&idempotent == 0:
 			return err
 		}
 		backoff = min(2*backoff, c.maxWait)

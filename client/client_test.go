@@ -416,3 +416,55 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestTransportErrorsRetriedOnlyWhenIdempotent: a connection cut before the answer is retried
+// for a list, never for a lease (it may have been granted) or a report (a second strike).
+func TestTransportErrorsRetriedOnlyWhenIdempotent(t *testing.T) {
+	a := startAPI(t, "", 0)
+	a.addProxy("eu-1", "127.0.0.11", "eu", lifecycle.HealthHealthy, 5)
+	d := &discovery.Discovery{Fleet: a.view, Health: a.health, Leases: lease.NewMemory(lease.Config{Fleet: a.view, Health: a.health, Now: a.clock.Now}),
+		Now: a.clock.Now, Log: slog.New(slog.DiscardHandler)}
+	h := d.Handler()
+	var mu sync.Mutex
+	cut := map[string]bool{} // paths whose next request is cut
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		c := cut[r.URL.Path]
+		cut[r.URL.Path] = false
+		mu.Unlock()
+		if c {
+			h.ServeHTTP(httptest.NewRecorder(), r) // the server acts, the answer is lost
+			conn, _, err := w.(http.Hijacker).Hijack()
+			if err == nil {
+				conn.Close()
+			}
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	a.url = srv.URL
+	c, waits := newClient(t, a)
+	ctx := context.Background()
+	arm := func(path string) { mu.Lock(); cut[path] = true; mu.Unlock() }
+
+	arm("/v1/proxies")
+	if l, err := c.List(ctx, ListOptions{}); err != nil || l.Count != 1 || len(*waits) != 1 {
+		t.Fatalf("list after a cut connection: %+v, %v, waits %v; want it retried once", l, err, *waits)
+	}
+	arm("/v1/leases")
+	if _, err := c.Lease(ctx, LeaseRequest{}); err == nil || len(*waits) != 1 {
+		t.Fatalf("lease after a cut connection: %v, waits %v; want the error, not a retry", err, *waits)
+	}
+	l, err := c.Lease(ctx, LeaseRequest{})
+	if err != nil || l.Proxy.ActiveLeases != 2 {
+		t.Fatalf("next lease: %+v, %v; want the proxy's second lease (the cut one was granted)", l, err)
+	}
+	arm("/v1/leases/" + l.ID + "/report")
+	if _, err := c.Report(ctx, l.ID, Report{Result: ResultBanned, Target: "x.example"}); err == nil || len(*waits) != 1 {
+		t.Fatalf("report after a cut connection: %v, waits %v; want the error, not a retry", err, *waits)
+	}
+	if cd, err := c.Report(ctx, l.ID, Report{Result: ResultBanned, Target: "x.example"}); err != nil || cd.Strikes != 2 {
+		t.Fatalf("second report: %+v, %v; want strike 2 (the cut one counted once)", cd, err)
+	}
+}
