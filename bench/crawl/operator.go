@@ -1,17 +1,18 @@
 package crawl
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/fleet"
 	"github.com/proxy-operator/proxy-operator/lifecycle"
+	"github.com/proxy-operator/proxy-operator/metacontroller/driver"
 	"github.com/proxy-operator/proxy-operator/operator"
 	"github.com/proxy-operator/proxy-operator/providers/factory"
 	"github.com/proxy-operator/proxy-operator/providers/mock"
@@ -47,8 +48,8 @@ func (o *Operator) Close() {
 
 // StartOperator runs the real operator in-process (operator.New and Run, as main does, with
 // the mock provider serving real forward proxies and the discovery API behind a token), then
-// plays Metacontroller: it syncs cfg.Proxies Managed mock Proxies until each is Ready and
-// probed healthy through itself.
+// plays Metacontroller with cfg.Proxies Managed mock Proxies until each is Ready and probed
+// healthy through itself.
 func StartOperator(ctx context.Context, cfg OperatorConfig) (*Operator, error) {
 	pcfg := factory.Config{Providers: []factory.Entry{{Name: "mock", Type: "mock",
 		Mock: &mock.Config{ProvisioningDelay: mock.Duration(200 * time.Millisecond), ServeProxies: true}}}}
@@ -83,58 +84,34 @@ func StartOperator(ctx context.Context, cfg OperatorConfig) (*Operator, error) {
 	return o, nil
 }
 
-// playMetacontroller syncs every Proxy, feeding each answer's status back as Metacontroller
-// would, until all are Ready and healthy.
+// playMetacontroller applies cfg.Proxies Managed mock Proxies and runs Metacontroller's loop
+// (metacontroller/driver: statuses written back, children applied, resyncs as asked) on a
+// clock that follows real time, until every proxy is Ready and probed healthy.
 func playMetacontroller(ctx context.Context, hookURL, probeURL string, cfg OperatorConfig, h interface {
 	Health(string) lifecycle.Health
 }) error {
-	hc := &http.Client{Timeout: 30 * time.Second}
-	status := make([]json.RawMessage, cfg.Proxies)
-	spec := func(i int) string {
-		return fmt.Sprintf(`{"mode":"Managed","provider":"mock","attributes":{"pool":"crawl"},"maxLeases":%d,`+
-			`"healthCheck":{"probeURL":%q,"intervalSeconds":2,"timeoutSeconds":2,"failureThreshold":3,"successThreshold":1}}`, cfg.MaxLeases, probeURL)
-	}
-	sync1 := func(i int) error {
-		st := status[i]
-		if st == nil {
-			st = json.RawMessage(`{}`)
+	d := &driver.Driver{URL: hookURL, Clock: driver.NewClock(time.Now()), ResyncPeriod: 120 * time.Second}
+	maxLeases := int32(cfg.MaxLeases)
+	for i := range cfg.Proxies {
+		p := &v1.Proxy{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("px-%02d", i), Namespace: "crawl"},
+			Spec: v1.ProxySpec{Mode: v1.ModeManaged, Provider: "mock", Attributes: map[string]string{"pool": "crawl"}, MaxLeases: &maxLeases,
+				HealthCheck: &v1.HealthCheckSpec{ProbeURL: probeURL, IntervalSeconds: 2, TimeoutSeconds: 2, FailureThreshold: 3, SuccessThreshold: 1}},
 		}
-		body := fmt.Sprintf(`{"controller":{},"parent":{"apiVersion":"crawl.example.com/v1alpha1","kind":"Proxy",`+
-			`"metadata":{"name":"px-%02d","namespace":"crawl","uid":"uid-px-%02d","generation":1},"spec":%s,"status":%s},"children":{},"related":{},"finalizing":false}`,
-			i, i, spec(i), st)
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, hookURL+"/sync", bytes.NewReader([]byte(body)))
-		if err != nil {
+		if err := d.Apply(p); err != nil {
 			return err
 		}
-		res, err := hc.Do(req)
-		if err != nil {
-			return err
-		}
-		defer res.Body.Close()
-		b, err := io.ReadAll(io.LimitReader(res.Body, 1<<20))
-		if err != nil {
-			return err
-		}
-		if res.StatusCode != http.StatusOK {
-			return fmt.Errorf("sync px-%02d: %d %s", i, res.StatusCode, b)
-		}
-		var out struct {
-			Status json.RawMessage `json:"status"`
-		}
-		if err := json.Unmarshal(b, &out); err != nil {
-			return fmt.Errorf("sync px-%02d: %w", i, err)
-		}
-		status[i] = out.Status
-		return nil
 	}
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
+		d.Clock.AdvanceTo(time.Now())
+		if err := d.RunUntilIdle(); err != nil {
+			return err
+		}
 		ready := 0
 		for i := range cfg.Proxies {
-			if err := sync1(i); err != nil {
-				return err
-			}
-			if h.Health(fmt.Sprintf("crawl/px-%02d", i)).State == lifecycle.HealthHealthy {
+			key := fmt.Sprintf("crawl/px-%02d", i)
+			if st, _ := d.Status(key); st.Phase == v1.PhaseReady && h.Health(key).State == lifecycle.HealthHealthy {
 				ready++
 			}
 		}
@@ -142,7 +119,7 @@ func playMetacontroller(ctx context.Context, hookURL, probeURL string, cfg Opera
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("only %d of %d proxies healthy after 2 minutes", ready, cfg.Proxies)
+			return fmt.Errorf("only %d of %d proxies Ready and healthy after 2 minutes", ready, cfg.Proxies)
 		}
 		select {
 		case <-ctx.Done():
