@@ -153,7 +153,7 @@ func (t *transports) close() {
 	}
 }
 
-// Run crawls job with s and returns what it achieved.
+// run crawls job with s and returns what it achieved.
 func run(ctx context.Context, job Job, s strategy) (Result, error) {
 	if job.Workers < 1 || job.URLsPerSite < 1 || len(job.Sites) == 0 || job.Budget <= 0 {
 		return Result{}, fmt.Errorf("crawl: job needs workers, sites, URLs and a budget: %+v", job)
@@ -285,8 +285,11 @@ func sleep(ctx context.Context, d time.Duration) {
 type pool struct {
 	c        *client.Client
 	selector map[string]string
-	mu       sync.RWMutex
-	urls     []*url.URL
+	// auth, when set, gives a proxy's credentials by ID, as a pool API hands them out with
+	// the address (the discovery list never carries them).
+	auth func(id string) *url.Userinfo
+	mu   sync.RWMutex
+	urls []*url.URL
 }
 
 const poolRefresh = 2 * time.Second
@@ -322,6 +325,9 @@ func (p *pool) refresh(ctx context.Context) error {
 	urls := make([]*url.URL, len(l.Proxies))
 	for i, px := range l.Proxies {
 		urls[i] = &url.URL{Scheme: "http", Host: px.Address()}
+		if p.auth != nil {
+			urls[i].User = p.auth(px.ID)
+		}
 	}
 	p.mu.Lock()
 	p.urls = urls
