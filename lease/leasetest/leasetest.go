@@ -64,6 +64,7 @@ func Run(t *testing.T, f Factory) {
 		{"LatencyOrderFollowsHealth", testLatencyOrder},
 		{"ManyBuckets", testManyBuckets},
 		{"LeaseCarriesTheRecord", testLeaseRecord},
+		{"OneHolderPerProxyAndTarget", testOneHolder},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, f) })
 	}
@@ -347,12 +348,8 @@ func testCooldownPerTarget(t *testing.T, f Factory) {
 	if got := fx.mustAcquire(t, lease.Request{Target: "other.org"}).Proxy.Key; got != "ns/a" {
 		t.Errorf("lease for another target on %s, want ns/a", got)
 	}
-	_, err = fx.acquire(t, lease.Request{Target: "example.com", Selector: map[string]string{}})
-	if err != nil {
-		t.Fatalf("third lease: %v", err)
-	}
 	fx.clock.Advance(lease.DefaultRateLimitedCooldown)
-	// a has one lease, b two: a wins once its cooldown is over.
+	// a's cooldown is over; b holds example.com.
 	if got := fx.mustAcquire(t, lease.Request{Target: "example.com"}).Proxy.Key; got != "ns/a" {
 		t.Errorf("lease after the cooldown on %s, want ns/a", got)
 	}
@@ -385,7 +382,11 @@ func testCooldownLength(t *testing.T, f Factory) {
 		{"rate limited", []report{{lease.ResultRateLimited, 0, 0}}, rl, 1},
 		{"banned is longer", []report{{lease.ResultBanned, 0, 0}}, ban, 1},
 		{"longer Retry-After wins", []report{{lease.ResultRateLimited, 40 * time.Minute, 0}}, 40 * time.Minute, 1},
-		{"shorter Retry-After loses", []report{{lease.ResultRateLimited, time.Minute, 0}}, rl, 1},
+		{"rate limited with a Retry-After cools for exactly that", []report{{lease.ResultRateLimited, time.Minute, 0}}, time.Minute, 1},
+		{"a Retry-After is not doubled on repeats", []report{{lease.ResultRateLimited, 2 * time.Second, 0}, {lease.ResultRateLimited, 2 * time.Second, 3 * time.Second}, {lease.ResultRateLimited, 2 * time.Second, 3 * time.Second}}, 2 * time.Second, 3},
+		{"a Retry-After never shortens a running cooldown", []report{{lease.ResultRateLimited, 0, 0}, {lease.ResultRateLimited, time.Second, time.Minute}}, rl - time.Minute, 2},
+		{"strikes from Retry-After reports grow a later default", []report{{lease.ResultRateLimited, time.Second, 0}, {lease.ResultRateLimited, 0, 1500 * time.Millisecond}}, 2 * rl, 2},
+		{"banned: a shorter Retry-After loses", []report{{lease.ResultBanned, time.Minute, 0}}, ban, 1},
 		{"Retry-After capped", []report{{lease.ResultRateLimited, 30 * 24 * time.Hour, 0}}, maxCD, 1},
 		{"repeats double", []report{{lease.ResultRateLimited, 0, 0}, {lease.ResultRateLimited, 0, 20 * time.Minute}, {lease.ResultRateLimited, 0, 40 * time.Minute}}, 4 * rl, 3},
 		{"repeats capped", []report{{lease.ResultBanned, 0, 0}, {lease.ResultBanned, 0, 0}, {lease.ResultBanned, 0, 0}, {lease.ResultBanned, 0, 0}, {lease.ResultBanned, 0, 0}, {lease.ResultBanned, 0, 0}}, maxCD, 6},
@@ -693,4 +694,50 @@ func count(t *testing.T, s lease.Store) int {
 		t.Fatalf("Count: %v", err)
 	}
 	return n
+}
+
+// testOneHolder: a proxy leased for a target is not leased for it again until that lease ends,
+// while leases for other targets or without one share it as before.
+func testOneHolder(t *testing.T, f Factory) {
+	ctx := context.Background()
+	fx := newFixture(t, f, spec{name: "a", max: 4, latency: 1}, spec{name: "b", max: 4, latency: 2}, spec{name: "c", max: 4, unhealthy: true})
+	step := func(target, want string) lease.Lease {
+		t.Helper()
+		l := fx.mustAcquire(t, lease.Request{Target: target})
+		if l.Proxy.Key != want {
+			t.Fatalf("lease for %q on %s, want %s", target, l.Proxy.Key, want)
+		}
+		return l
+	}
+	first := step("t.example", "ns/a")
+	step("u.example", "ns/b") // least loaded
+	step("t.example", "ns/b") // a holds t.example: b, though a is as loaded and faster
+	step("", "ns/a")          // no target: shared as before
+	step("u.example", "ns/a") // b holds u.example
+	_, err := fx.acquire(t, lease.Request{Target: "t.example"})
+	var nm *lease.NoMatchError
+	if !errors.As(err, &nm) {
+		t.Fatalf("third lease for t.example: %v, want a NoMatchError", err)
+	}
+	if diff := cmp.Diff(lease.NoMatchError{Matching: 3, Unhealthy: 1, LeasedForTarget: 2, Target: "t.example"}, *nm); diff != "" {
+		t.Fatalf("no match (-want +got):\n%s", diff)
+	}
+	// The same session key does not get around it either.
+	if _, err := fx.acquire(t, lease.Request{Target: "t.example", SessionKey: "s"}); !errors.Is(err, lease.ErrNoMatch) {
+		t.Fatalf("lease for t.example with a session key: %v, want ErrNoMatch", err)
+	}
+	// Ending the lease frees the target on its proxy.
+	if err := fx.h.Store.Release(ctx, first.ID); err != nil {
+		t.Fatal(err)
+	}
+	step("t.example", "ns/a")
+	// So does expiry.
+	fx.clock.Advance(2 * time.Minute)
+	step("t.example", "ns/a")
+	// And a proxy leaving the fleet.
+	fx.view.Remove("ns/a")
+	fx.h.Sync(t)
+	fx.put(spec{name: "a", max: 4, latency: 1})
+	fx.h.Sync(t)
+	step("t.example", "ns/a")
 }

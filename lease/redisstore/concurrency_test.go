@@ -56,8 +56,9 @@ type coolPair struct{ proxy, target string }
 
 // TestReplicasShareOneState: 3 stores (as 3 discovery replicas) on one real Redis, 64
 // goroutines leasing, reporting and releasing through whichever replica they pick. No grant
-// may pass a proxy's cap or go to a proxy that a report through any replica put in cooldown
-// for the target before the grant was asked for; at the end the store's counts are the
+// may pass a proxy's cap, go to a proxy that a report through any replica put in cooldown for
+// the target before the grant was asked for, or to a proxy another live lease holds for the
+// same target; at the end the store's counts are the
 // model's.
 func TestReplicasShareOneState(t *testing.T) {
 	srv := redistest.Start(t)
@@ -72,6 +73,7 @@ func TestReplicasShareOneState(t *testing.T) {
 		live       = map[string]int{}    // proxy -> leases the model knows are live
 		held       = map[string]string{} // lease -> proxy
 		cooled     = map[coolPair]bool{}
+		holders    = map[coolPair]int{} // live leases per (proxy, target) the model knows
 		grants     int
 		noMatch    int
 		violations []string
@@ -124,6 +126,9 @@ func TestReplicasShareOneState(t *testing.T) {
 					if live[l.Proxy.Key] > maxLeases {
 						violations = append(violations, fmt.Sprintf("%s holds %d live leases, cap %d", l.Proxy.Key, live[l.Proxy.Key], maxLeases))
 					}
+					if holders[coolPair{l.Proxy.Key, target}]++; holders[coolPair{l.Proxy.Key, target}] > 1 {
+						violations = append(violations, fmt.Sprintf("%s leased for %s twice at once", l.Proxy.Key, target))
+					}
 					mu.Unlock()
 					mine = append(mine, l)
 				case op < 6:
@@ -153,6 +158,7 @@ func TestReplicasShareOneState(t *testing.T) {
 					// store may already have freed.
 					mu.Lock()
 					live[l.Proxy.Key]--
+					holders[coolPair{l.Proxy.Key, l.Target}]--
 					delete(held, l.ID)
 					mu.Unlock()
 					if err := s.Release(ctx, l.ID); err != nil {

@@ -179,7 +179,8 @@ func (s *Store) Acquire(ctx context.Context, r lease.Request) (lease.Lease, erro
 			continue
 		case "nomatch":
 			return lease.Lease{}, &lease.NoMatchError{
-				Matching: num(res, 1), Unhealthy: num(res, 2), AtCapacity: num(res, 3), Cooling: num(res, 4), Target: r.Target,
+				Matching: num(res, 1), Unhealthy: num(res, 2), AtCapacity: num(res, 3), Cooling: num(res, 4),
+				LeasedForTarget: num(res, 5), Target: r.Target,
 			}
 		case "ok":
 			p, h := decode(str(res, 1), str(res, 4), str(res, 5))

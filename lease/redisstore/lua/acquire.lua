@@ -12,6 +12,10 @@ local function cooling(p)
   return u ~= nil and now < u
 end
 
+local function held(p)
+  return target ~= '' and taken(p, target)
+end
+
 local function grant(p)
   local load = redis.call('HINCRBY', P .. 'load', p, 1)
   place(p)
@@ -19,6 +23,7 @@ local function grant(p)
   redis.call('HSET', P .. 'l:' .. id, 'p', p, 't', target, 's', session, 'ttl', fmt(ttl), 'exp', fmt(exp))
   redis.call('ZADD', P .. 'exp', fmt(exp), id)
   redis.call('SADD', P .. 'lp:' .. p, id)
+  if target ~= '' then redis.call('HINCRBY', P .. 'pt', p .. '|' .. target, 1) end
   if session ~= '' then
     local sk = P .. 's:' .. session
     local bound = redis.call('HGET', sk, 'p')
@@ -39,13 +44,13 @@ if session ~= '' then
   local bp = redis.call('HGET', P .. 's:' .. session, 'p')
   if bp then
     local m = redis.call('HMGET', P .. 'm:' .. bp, 'b', 'max', 'ok')
-    if m[1] and inb[m[1]] and m[3] == '1' and load_of(bp) < tonumber(m[2]) and not cooling(bp) then
+    if m[1] and inb[m[1]] and m[3] == '1' and load_of(bp) < tonumber(m[2]) and not cooling(bp) and not held(bp) then
       return grant(bp)
     end
   end
 end
 
-local matching, unhealthy, full, cool = 0, 0, 0, 0
+local matching, unhealthy, full, cool, leased = 0, 0, 0, 0, 0
 local best, best_score
 for i = 9, #ARGV do
   local b = ARGV[i]
@@ -65,6 +70,8 @@ for i = 9, #ARGV do
       end
       if cooling(p) then
         cool = cool + 1
+      elseif held(p) then
+        leased = leased + 1
       else
         best, best_score = p, sc
         done = true
@@ -75,5 +82,5 @@ for i = 9, #ARGV do
     size = 64
   end
 end
-if not best then return {'nomatch', matching, unhealthy, full, cool} end
+if not best then return {'nomatch', matching, unhealthy, full, cool, leased} end
 return grant(best)

@@ -64,10 +64,15 @@ end
 -- and only when it is still bound to the lease's proxy.
 local function end_lease(id)
   redis.call('ZREM', P .. 'exp', id)
-  local l = redis.call('HMGET', P .. 'l:' .. id, 'p', 's')
+  local l = redis.call('HMGET', P .. 'l:' .. id, 'p', 's', 't')
   if not l[1] then return false end
-  local p, s = l[1], l[2]
+  local p, s, t = l[1], l[2], l[3]
   redis.call('DEL', P .. 'l:' .. id)
+  if t and t ~= '' then
+    if redis.call('HINCRBY', P .. 'pt', p .. '|' .. t, -1) <= 0 then
+      redis.call('HDEL', P .. 'pt', p .. '|' .. t)
+    end
+  end
   redis.call('SREM', P .. 'lp:' .. p, id)
   if redis.call('HINCRBY', P .. 'load', p, -1) <= 0 then
     redis.call('HDEL', P .. 'load', p)
@@ -113,6 +118,12 @@ local function cooldown(p, target)
   if not v then return nil end
   local u, s, f = string.match(v, '^(%d+):(%d+):(%d+)$')
   return tonumber(u), tonumber(s), tonumber(f)
+end
+
+-- taken reports whether a live lease holds p for target: one holder per (proxy, target), since
+-- two crawlers on one site through one address double that address's rate there.
+local function taken(p, target)
+  return tonumber(redis.call('HGET', P .. 'pt', p .. '|' .. target) or '0') > 0
 end
 
 -- live returns a lease's proxy when the lease is live and its proxy still in the fleet,

@@ -33,13 +33,20 @@ if fresh then
   redis.call('HINCRBY', P .. 'coolp', p, 1)
 end
 strikes = strikes + 1
-local d, i = base, 1
-while i < strikes and d < maxcd do
-  d = d * 2
-  i = i + 1
+local d
+if result == 'rate_limited' and ra > 0 then
+  -- The target said when the proxy may come back: exactly that, never doubled.
+  d = math.min(ra, maxcd)
+else
+  d = base
+  local i = 1
+  while i < strikes and d < maxcd do
+    d = d * 2
+    i = i + 1
+  end
+  if ra > d then d = ra end
+  if d > maxcd then d = maxcd end
 end
-if ra > d then d = ra end
-if d > maxcd then d = maxcd end
 -- A report during a cooldown never shortens it.
 if now + d > u then u = now + d end
 -- Strikes are remembered for as long again as the cooldown.
