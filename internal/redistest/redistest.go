@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -146,16 +145,6 @@ func (s *Server) Kill() {
 	s.cmd = nil
 }
 
-// PID is the running server's process id (0 when stopped).
-func (s *Server) PID() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd == nil {
-		return 0
-	}
-	return s.cmd.Process.Pid
-}
-
 func (s *Server) password() string {
 	for i, a := range s.extra {
 		if a == "--requirepass" && i+1 < len(s.extra) {
@@ -163,20 +152,4 @@ func (s *Server) password() string {
 		}
 	}
 	return ""
-}
-
-// Client returns a client of the server, closed at cleanup.
-func (s *Server) Client(t testing.TB) *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: s.Addr, Password: s.password()})
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
-// URL is the server's redis:// URL.
-func (s *Server) URL() string { return "redis://" + s.Addr }
-
-// AOF reports whether the append-only directory holds data (for tests of persistence).
-func (s *Server) AOF() bool {
-	m, _ := filepath.Glob(filepath.Join(s.Dir, "appendonlydir", "*"))
-	return len(m) > 0
 }

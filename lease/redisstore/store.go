@@ -114,9 +114,6 @@ func New(cfg Config) (*Store, error) {
 	return &Store{cfg: cfg, sc: loadScripts(), mu: make(chan struct{}, 1)}, nil
 }
 
-// Client is the Redis client the store uses.
-func (s *Store) Client() redis.UniversalClient { return s.cfg.Client }
-
 func (s *Store) keys() []string { return []string{s.cfg.Prefix} }
 
 // head is the two arguments every script starts with: now and the session idle time.
