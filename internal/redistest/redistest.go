@@ -96,9 +96,13 @@ func (s *Server) start(bin string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	_, port, _ := net.SplitHostPort(s.Addr)
+	fsync := "always"
+	if v := os.Getenv("REDISTEST_APPENDFSYNC"); v != "" { // benchmarks: the cost of always
+		fsync = v
+	}
 	args := append([]string{
 		"--bind", "127.0.0.1", "--port", port, "--dir", s.Dir,
-		"--appendonly", "yes", "--appendfsync", "always", "--save", "",
+		"--appendonly", "yes", "--appendfsync", fsync, "--save", "",
 		"--protected-mode", "no", "--daemonize", "no", "--loglevel", "warning"}, s.extra...)
 	cmd := exec.Command(bin, args...)
 	s.out.Reset()
