@@ -81,6 +81,12 @@ type Driver struct {
 	// if the answer was lost before the status write: the parent is retried with backoff.
 	// It may call the driver's read methods and change URL (to a restarted server).
 	BeforeApply func(key string, resp *metacontroller.SyncResponse) bool
+	// Budget, when set, models Metacontroller's client rate limit and worker pool in virtual
+	// time (budget.go); nil syncs instantly, one parent at a time.
+	Budget *Budget
+	// OnStatusWrite, when set, sees every status write with the virtual time it lands. It is
+	// called with the driver's lock held: it must not call the driver.
+	OnStatusWrite func(key string, at time.Time, st v1.ProxyStatus)
 
 	mu     sync.Mutex
 	objs   map[string]*object
@@ -88,6 +94,8 @@ type Driver struct {
 	writes int
 	syncs  int
 	events []Event
+	// metaWrites counts PatchAnnotations calls that changed a parent (metadata.go).
+	metaWrites int
 }
 
 type object struct {
@@ -308,6 +316,9 @@ func (d *Driver) next() (string, time.Time, bool) {
 // is scheduled. An error is a broken contract (undecodable answer, failed re-finalize), not a
 // hook error: those become Events and backoff, as in Metacontroller.
 func (d *Driver) Step() (bool, error) {
+	if d.Budget != nil {
+		return d.stepBudget()
+	}
 	d.mu.Lock()
 	key, due, ok := d.next()
 	d.mu.Unlock()
@@ -453,6 +464,7 @@ func (d *Driver) sync(key string) error {
 		return fmt.Errorf("driver: %s %s: %w", hook, key, err)
 	}
 	if req.Finalizing && resp.Finalized {
+		d.charge(2) // RemoveFinalizer: a GET and an update (AtomicUpdate)
 		o.parent.Finalizers = slices.DeleteFunc(o.parent.Finalizers, func(f string) bool { return f == d.Finalizer() })
 		if len(o.parent.Finalizers) == 0 {
 			delete(d.objs, key)
@@ -476,7 +488,8 @@ func (d *Driver) sync(key string) error {
 	if resp.ResyncAfterSeconds > 0 {
 		d.enqueue(o, now.Add(time.Duration(resp.ResyncAfterSeconds*float64(time.Second))))
 	}
-	if d.ResyncPeriod > 0 {
+	if d.ResyncPeriod > 0 && d.Budget == nil {
+		// With a Budget the period is a fleet-wide ticker, as upstream (budget.go).
 		d.enqueue(o, now.Add(d.ResyncPeriod))
 	}
 	return nil
@@ -501,13 +514,18 @@ func (d *Driver) applyStatus(o *object, raw any) error {
 	}
 	st.ObservedGeneration = o.parent.Generation
 	if jsonEqual(o.parent.Status, st) {
+		d.charge(1) // AtomicStatusUpdate GETs the live object even when it then writes nothing
 		return nil
 	}
+	at := d.charge(2) // the GET, then UpdateStatus
 	o.parent.Status = st
 	o.bump()
 	o.writes++
 	d.writes++
-	d.enqueue(o, d.Clock.Now())
+	if d.OnStatusWrite != nil {
+		d.OnStatusWrite(o.parent.Key(), at, st)
+	}
+	d.enqueue(o, at)
 	return nil
 }
 
