@@ -35,6 +35,8 @@ type Budget struct {
 	Workers int
 	// HookLatency is how long one hook call keeps a worker busy (virtual time; 0: none).
 	HookLatency time.Duration
+	// CallLatency is how long one API call keeps a worker busy once granted (0: none).
+	CallLatency time.Duration
 	// CacheFlush is --cache-flush-interval: every parent is enqueued on that period (0: off).
 	CacheFlush time.Duration
 
@@ -99,7 +101,7 @@ func (d *Driver) charge(n int) time.Time {
 		return d.Clock.Now()
 	}
 	for range n {
-		b.cursor = b.take(b.cursor)
+		b.cursor = b.take(b.cursor).Add(b.CallLatency)
 	}
 	return b.cursor
 }
@@ -200,4 +202,30 @@ func (d *Driver) stepBudget() (bool, error) {
 		d.enqueue(o, finalizerAt)
 	}
 	return true, err
+}
+
+// NextAt is when the next sync would start on a Budget (or the next fleet-wide enqueue
+// happen), for simulations that interleave their own events; false when nothing is queued.
+func (d *Driver) NextAt() (time.Time, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	b := d.Budget
+	k, due, ok := d.next()
+	if b == nil || !b.started {
+		return due, ok
+	}
+	var at time.Time
+	if ok {
+		at = due
+		if w := b.free[b.freeWorker()]; w.After(at) {
+			at = w
+		}
+		if busy := b.busy[k]; busy.After(at) {
+			at = busy
+		}
+	}
+	if tick, ticking := d.nextTick(); ticking && len(d.objs) > 0 && (!ok || tick.Before(at)) {
+		return tick, true
+	}
+	return at, ok
 }

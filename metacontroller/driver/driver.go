@@ -84,6 +84,10 @@ type Driver struct {
 	// Budget, when set, models Metacontroller's client rate limit and worker pool in virtual
 	// time (budget.go); nil syncs instantly, one parent at a time.
 	Budget *Budget
+	// IgnoreStatusChanges models the CompositeController's parentResource.ignoreStatusChanges:
+	// a status write then enqueues no echo sync (updateParentObject skips an update that
+	// changes neither generation, labels, annotations nor deletionTimestamp).
+	IgnoreStatusChanges bool
 	// OnStatusWrite, when set, sees every status write with the virtual time it lands. It is
 	// called with the driver's lock held: it must not call the driver.
 	OnStatusWrite func(key string, at time.Time, st v1.ProxyStatus)
@@ -525,7 +529,9 @@ func (d *Driver) applyStatus(o *object, raw any) error {
 	if d.OnStatusWrite != nil {
 		d.OnStatusWrite(o.parent.Key(), at, st)
 	}
-	d.enqueue(o, at)
+	if !d.IgnoreStatusChanges {
+		d.enqueue(o, at)
+	}
 	return nil
 }
 
