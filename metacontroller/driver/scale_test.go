@@ -23,7 +23,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/metacontroller/driver"
 	"github.com/proxy-operator/proxy-operator/providers"
 	"github.com/proxy-operator/proxy-operator/providers/mock"
-	"github.com/proxy-operator/proxy-operator/server"
+	"github.com/proxy-operator/proxy-operator/server/hooks"
 )
 
 // Fleet-scale scenarios under Metacontroller's client budget (driver.Budget): how fast a
@@ -105,7 +105,7 @@ func newSimEnv(t *testing.T, ms metaSettings, markerQPS float64, healthDefault l
 		t.Fatal(err)
 	}
 	e := &simEnv{clock: clock, view: fleet.New(clock.Now, time.Minute), health: &simHealth{state: map[string]lifecycle.Health{}, def: healthDefault}}
-	h := &server.Hooks{
+	h := &hooks.Hooks{
 		Providers:    providers.NewSet(providers.Entry{Name: "mock", Type: "mock", Provider: cloud}),
 		Fleet:        e.view,
 		Health:       e.health,
