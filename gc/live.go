@@ -7,7 +7,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
@@ -51,7 +50,7 @@ func (s FleetSource) LiveUIDs(context.Context) (map[string]bool, error) {
 const DefaultPageSize = 500
 
 // ProxyResource is the Proxies' resource, listed across all namespaces.
-var ProxyResource = schema.GroupVersionResource{Group: v1.Group, Version: v1.Version, Resource: "proxies"}
+var ProxyResource = kube.ProxyResource
 
 // APISource lists Proxies from the Kubernetes API server with client-go's dynamic client: a
 // paginated list across all namespaces (the ClusterRole grants list). Only a list read to its
@@ -108,22 +107,4 @@ func Sources(view *fleet.View, client dynamic.Interface) []LiveSource {
 		return []LiveSource{&APISource{Client: client}}
 	}
 	return []LiveSource{FleetSource{View: view}}
-}
-
-// DefaultSources builds the client from the environment (package kube: in-cluster, else
-// KUBECONFIG) and calls Sources. A cluster or kubeconfig that is present but unusable is an
-// error, so GC stays off rather than trusting the view there.
-func DefaultSources(view *fleet.View) ([]LiveSource, error) {
-	cfg, _, err := kube.Config(kube.Options{})
-	switch {
-	case errors.Is(err, kube.ErrNoCluster):
-		return Sources(view, nil), nil
-	case err != nil:
-		return nil, err
-	}
-	c, err := kube.NewClients(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return Sources(view, c.Dynamic), nil
 }

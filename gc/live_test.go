@@ -97,25 +97,6 @@ func TestSources(t *testing.T) {
 	}
 }
 
-func TestDefaultSourcesOutsideACluster(t *testing.T) {
-	t.Setenv("KUBERNETES_SERVICE_HOST", "")
-	t.Setenv("KUBECONFIG", "")
-	srcs, err := gc.DefaultSources(fleet.New(time.Now, 0))
-	if err != nil || len(srcs) != 1 || srcs[0].Name() != "fleet" {
-		t.Errorf("DefaultSources outside a cluster = %v, %v; want the fleet view", srcs, err)
-	}
-}
-
-// TestDefaultSourcesBrokenKubeconfig: a kubeconfig that is named but unusable is an error,
-// not a quiet fallback to the fleet view.
-func TestDefaultSourcesBrokenKubeconfig(t *testing.T) {
-	t.Setenv("KUBERNETES_SERVICE_HOST", "")
-	t.Setenv("KUBECONFIG", t.TempDir()+"/absent")
-	if srcs, err := gc.DefaultSources(nil); err == nil {
-		t.Errorf("DefaultSources with a missing kubeconfig = %v, want an error", srcs)
-	}
-}
-
 func TestFleetSource(t *testing.T) {
 	clk := clocktest.New(t0)
 	view := fleet.New(clk.Now, warmup)

@@ -57,7 +57,7 @@ type Scheduler struct {
 	// unit is the length of one "second" of the health check spec; tests shrink it.
 	unit time.Duration
 	// jitter picks the first probe's offset within an interval.
-	jitter func(time.Duration) time.Duration
+	jitter       func(time.Duration) time.Duration
 	onTransition func(key string, h lifecycle.Health)
 	// onResult, when set, sees every probe result (tests and the benchmark).
 	onResult func(key string, due, start time.Time, r Result)

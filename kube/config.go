@@ -1,6 +1,6 @@
 // Package kube owns how the operator reaches the Kubernetes API: which rest.Config it uses
-// (in-cluster, a kubeconfig, or none at all) and the client-side rate limit on it. It knows
-// nothing of what the clients are used for.
+// (in-cluster, a kubeconfig, or none at all), the client-side rate limit on it, and the
+// clients built over it. It knows nothing of what the clients are used for.
 package kube
 
 import (
@@ -10,10 +10,13 @@ import (
 	"path/filepath"
 	"time"
 
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 )
 
 // ErrNoCluster: neither an in-cluster service account nor a kubeconfig was found. The
@@ -102,6 +105,9 @@ func Config(o Options) (*rest.Config, Source, error) {
 	cfg.UserAgent = UserAgent
 	return cfg, src, nil
 }
+
+// ProxyResource is the Proxies' resource for the dynamic client.
+var ProxyResource = schema.GroupVersionResource{Group: v1.Group, Version: v1.Version, Resource: v1.Resource}
 
 // Clients are the two clients the operator uses: typed for core objects (events), dynamic
 // for Proxies (their Go types carry no generated clientset).

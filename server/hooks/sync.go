@@ -8,6 +8,7 @@ import (
 	"net/http"
 
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
+	"github.com/proxy-operator/proxy-operator/events"
 	"github.com/proxy-operator/proxy-operator/fleet"
 	"github.com/proxy-operator/proxy-operator/lifecycle"
 	"github.com/proxy-operator/proxy-operator/metacontroller"
@@ -101,6 +102,11 @@ func (h *Hooks) sync(ctx context.Context, hook string, body []byte, ex *Exchange
 		h.setRetry(p, finalizing, d)
 	}
 	h.record(log, p, d)
+	if h.Events != nil {
+		if evs := events.For(in, d); len(evs) > 0 {
+			h.Events.Record(p, evs)
+		}
+	}
 	resp := metacontroller.SyncResponse{
 		Status:             d.Status,
 		Children:           providers.DesiredChildren(children, req.Children, finalizing),
