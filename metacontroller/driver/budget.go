@@ -170,7 +170,9 @@ func (d *Driver) stepBudget() (bool, error) {
 		}
 		if busy := b.busy[k]; busy.After(s) {
 			// Still on another worker: the queue hands it out again once that one is done.
-			d.objs[k].due = busy
+			o := d.objs[k]
+			o.pending = false
+			d.enqueue(o, busy)
 			continue
 		}
 		key, start = k, s

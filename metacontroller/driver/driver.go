@@ -7,6 +7,7 @@ package driver
 
 import (
 	"bytes"
+	"container/heap"
 	"context"
 	"encoding/json"
 	"errors"
@@ -100,6 +101,8 @@ type Driver struct {
 	events []Event
 	// metaWrites counts PatchAnnotations calls that changed a parent (metadata.go).
 	metaWrites int
+	// queue finds the parent due first without scanning every object.
+	queue syncQueue
 }
 
 type object struct {
@@ -199,6 +202,7 @@ func (o *object) bump() {
 func (d *Driver) enqueue(o *object, t time.Time) {
 	if !o.pending || t.Before(o.due) {
 		o.due, o.pending = t, true
+		heap.Push(&d.queue, queued{due: t, key: o.parent.Key()})
 	}
 }
 
@@ -301,19 +305,39 @@ func (d *Driver) Events() []Event {
 }
 
 // next returns the parent due first (ties by key, for determinism).
+// The queue holds an entry per enqueue; entries that no longer match their object (synced,
+// moved earlier, deleted) are dropped when they reach the top.
 func (d *Driver) next() (string, time.Time, bool) {
-	var best string
-	var due time.Time
-	found := false
-	for k, o := range d.objs {
-		if !o.pending {
-			continue
+	for d.queue.Len() > 0 {
+		e := d.queue[0]
+		if o, ok := d.objs[e.key]; ok && o.pending && o.due.Equal(e.due) {
+			return e.key, e.due, true
 		}
-		if !found || o.due.Before(due) || (o.due.Equal(due) && k < best) {
-			best, due, found = k, o.due, true
-		}
+		heap.Pop(&d.queue)
 	}
-	return best, due, found
+	return "", time.Time{}, false
+}
+
+// queued is one entry of the driver's sync queue.
+type queued struct {
+	due time.Time
+	key string
+}
+
+// syncQueue orders entries by due time, then key.
+type syncQueue []queued
+
+func (q syncQueue) Len() int { return len(q) }
+func (q syncQueue) Less(i, j int) bool {
+	return q[i].due.Before(q[j].due) || (q[i].due.Equal(q[j].due) && q[i].key < q[j].key)
+}
+func (q syncQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *syncQueue) Push(x any)   { *q = append(*q, x.(queued)) }
+func (q *syncQueue) Pop() any {
+	old := *q
+	e := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return e
 }
 
 // Step moves the clock to the earliest due sync and runs it. It reports false when nothing

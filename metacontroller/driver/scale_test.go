@@ -16,6 +16,7 @@ import (
 	"time"
 
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
+	"github.com/proxy-operator/proxy-operator/events"
 	"github.com/proxy-operator/proxy-operator/fleet"
 	"github.com/proxy-operator/proxy-operator/health"
 	"github.com/proxy-operator/proxy-operator/healthmark"
@@ -87,7 +88,32 @@ const (
 	callLatency = 2 * time.Millisecond
 )
 
+// eventCount counts the Kubernetes Events the hooks would record, by reason.
+type eventCount struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *eventCount) Record(_ *v1.Proxy, evs []events.Event) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, e := range evs {
+		c.n[e.Reason]++
+	}
+}
+
+func (c *eventCount) total() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, v := range c.n {
+		n += v
+	}
+	return n
+}
+
 type simEnv struct {
+	events *eventCount
 	clock  *driver.Clock
 	d      *driver.Driver
 	view   *fleet.View
@@ -104,13 +130,14 @@ func newSimEnv(t *testing.T, ms metaSettings, markerQPS float64, healthDefault l
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &simEnv{clock: clock, view: fleet.New(clock.Now, time.Minute), health: &simHealth{state: map[string]lifecycle.Health{}, def: healthDefault}}
+	e := &simEnv{events: &eventCount{n: map[string]int{}}, clock: clock, view: fleet.New(clock.Now, time.Minute), health: &simHealth{state: map[string]lifecycle.Health{}, def: healthDefault}}
 	h := &hooks.Hooks{
 		Providers:    providers.NewSet(providers.Entry{Name: "mock", Type: "mock", Provider: cloud}),
 		Fleet:        e.view,
 		Health:       e.health,
 		Now:          clock.Now,
 		HealthResync: health.ResyncPolicy{}.After,
+		Events:       e.events,
 	}
 	inner := h.Handler()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -212,8 +239,9 @@ type flapResult struct {
 	transitions, superseded, measured int
 	p50, p99, max                     time.Duration
 	statusWrites, patches             int
+	flapEvents                        int
 	steadyStatus, steadyPatches       int
-	steadySyncs                       int
+	steadySyncs, steadyEvents         int
 }
 
 // runFlapping brings n External proxies to Ready, flaps the health of a tenth of them for
@@ -287,7 +315,7 @@ func runFlapping(t *testing.T, n int, ms metaSettings, markerQPS float64, flapFo
 			}})
 		}
 	}
-	writes0, patches0 := e.d.Writes(), e.d.MetadataWrites()
+	writes0, patches0, events0 := e.d.Writes(), e.d.MetadataWrites(), e.events.total()
 	e.run(t, &events, begin.Add(flapFor), nil)
 	// Drain: until every transition reached status (bounded).
 	e.run(t, &none, e.clock.Now().Add(time.Hour), func() bool { mu.Lock(); defer mu.Unlock(); return len(waiting) == 0 })
@@ -299,11 +327,12 @@ func runFlapping(t *testing.T, n int, ms metaSettings, markerQPS float64, flapFo
 	slices.Sort(lat)
 	res.p50, res.p99, res.max = percentile(lat, 0.5), percentile(lat, 0.99), percentile(lat, 1)
 	mu.Unlock()
-	res.statusWrites, res.patches = e.d.Writes()-writes0, e.d.MetadataWrites()-patches0
+	res.statusWrites, res.patches, res.flapEvents = e.d.Writes()-writes0, e.d.MetadataWrites()-patches0, e.events.total()-events0
 
-	writes1, patches1, syncs1 := e.d.Writes(), e.d.MetadataWrites(), e.d.Syncs()
+	writes1, patches1, syncs1, events1 := e.d.Writes(), e.d.MetadataWrites(), e.d.Syncs(), e.events.total()
 	e.run(t, &none, e.clock.Now().Add(steadyFor), nil)
 	res.steadyStatus, res.steadyPatches, res.steadySyncs = e.d.Writes()-writes1, e.d.MetadataWrites()-patches1, e.d.Syncs()-syncs1
+	res.steadyEvents = e.events.total() - events1
 	return res
 }
 
@@ -371,8 +400,12 @@ func TestHealthTransitionLatency(t *testing.T) {
 			if r.statusWrites+r.patches > 2*r.transitions {
 				t.Errorf("%d writes for %d transitions, want at most 2 each", r.statusWrites+r.patches, r.transitions)
 			}
-			if r.steadyStatus != 0 || r.steadyPatches != 0 {
-				t.Errorf("steady fleet: %d status writes, %d patches, want 0", r.steadyStatus, r.steadyPatches)
+			if r.steadyStatus != 0 || r.steadyPatches != 0 || r.steadyEvents != 0 {
+				t.Errorf("steady fleet: %d status writes, %d patches, %d events, want 0", r.steadyStatus, r.steadyPatches, r.steadyEvents)
+			}
+			// Each health transition that reached status is one HealthLost or HealthRegained.
+			if r.flapEvents != r.statusWrites {
+				t.Errorf("%d events for %d health status writes, want one each", r.flapEvents, r.statusWrites)
 			}
 			if r.steadySyncs == 0 {
 				t.Error("no syncs in the steady stretch: the zero-write result means nothing")
@@ -405,9 +438,9 @@ func TestHealthTransitionLatencyAtDefaults(t *testing.T) {
 func logFlapping(t *testing.T, n int, ms metaSettings, flapFor, steadyFor time.Duration, r flapResult) {
 	t.Helper()
 	perTransition := float64(r.statusWrites+r.patches) / float64(max(r.transitions, 1))
-	t.Logf("%d proxies (%s), %d flapping for %s: %d transitions (%d superseded before reaching status); verdict-to-status p50 %s p99 %s max %s; %d status writes + %d annotation patches = %.2f writes per transition; steady %s: %d syncs, %d status writes, %d patches",
+	t.Logf("%d proxies (%s), %d flapping for %s: %d transitions (%d superseded before reaching status); verdict-to-status p50 %s p99 %s max %s; %d status writes + %d annotation patches = %.2f writes per transition; %d events; steady %s: %d syncs, %d status writes, %d patches, %d events",
 		n, ms, n/10, flapFor, r.transitions, r.superseded, r.p50.Round(time.Millisecond), r.p99.Round(time.Millisecond), r.max.Round(time.Millisecond),
-		r.statusWrites, r.patches, perTransition, steadyFor, r.steadySyncs, r.steadyStatus, r.steadyPatches)
+		r.statusWrites, r.patches, perTransition, r.flapEvents, steadyFor, r.steadySyncs, r.steadyStatus, r.steadyPatches, r.steadyEvents)
 }
 
 // readKey reads namespace/name of the parent from a hook body and restores the body.

@@ -1,6 +1,7 @@
 package hooks
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -188,7 +189,7 @@ func (h *Hooks) record(log *slog.Logger, p *v1.Proxy, d lifecycle.Decision) {
 		Mode:        p.Spec.Mode,
 		Provider:    p.Spec.Provider,
 		ProviderID:  d.Status.ProviderID,
-		IP:          d.Status.IP,
+		IP:          cmp.Or(d.Status.IP, d.ProbeIP),
 		Port:        p.Spec.ListenPort(),
 		Attributes:  p.Spec.Attributes,
 		MaxLeases:   *p.Spec.MaxLeases,
