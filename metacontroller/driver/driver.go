@@ -1,8 +1,38 @@
 // Package driver owns a test stand-in for Metacontroller: it plays the CompositeController
-// loop against a hook server over real HTTP, on a virtual clock, exactly as
-// docs/metacontroller.md describes v4.17 (status replaces status, observedGeneration injected,
-// deep-equal skip, children applied, resyncAfterSeconds, the finalizer on every parent,
-// finalize until finalized). It knows nothing of what the server decides or how.
+// loop against a hook server over real HTTP, on a virtual clock, as
+// metacontroller/metacontroller@v4.17.2 does (status replaces status, observedGeneration
+// injected, deep-equal skip, children applied, resyncAfterSeconds, the finalizer on every
+// parent, finalize until finalized, any parent update enqueues a sync). With a Budget it also
+// paces syncs by Metacontroller's client rate limit and worker pool (budget.go). It knows
+// nothing of what the server decides or how.
+//
+// Upstream sources it follows: pkg/controller/composite/controller.go (sync order, the
+// update handler that enqueues on every parent change, updateParentStatus injecting
+// observedGeneration and skipping a deep-equal status, 429 + Retry-After requeued without
+// penalty, other errors requeued with backoff and a SyncError event),
+// pkg/dynamic/clientset/clientset.go (AtomicStatusUpdate, AddFinalizer, RemoveFinalizer),
+// pkg/controller/common/finalizer/finalizer.go, pkg/dynamic/informer/informer.go (resync
+// ticks), pkg/cmd/metacontroller/main.go (flag defaults), and client-go's workqueue
+// DefaultTypedControllerRateLimiter (per-item backoff 5 ms doubling to 1000 s).
+//
+// Where it knowingly differs:
+//   - Apply puts the finalizer on a new parent at once; upstream the first sync adds it
+//     (GET + update) and that update enqueues one more sync. With a Budget both the 2 calls
+//     and the extra sync are modelled; the first sync request already shows the finalizer.
+//   - A parent has one pending sync time, the earliest asked for. Upstream a key can sit in
+//     the ready queue and in the delaying queue (AddAfter) at once and then syncs twice; here
+//     the later one is dropped and the next answer's resyncAfterSeconds asks again.
+//   - Without a Budget, ResyncPeriod re-queues each parent one period after its own sync and
+//     syncs take no time, one at a time; upstream (and with a Budget) the period is a
+//     fleet-wide ticker and up to --workers syncs run at once under the client's token bucket.
+//   - Only the per-item backoff of the workqueue's rate limiter is modelled, not its overall
+//     10 qps / 100 burst bucket (which only paces failing syncs).
+//   - Children in an answer replace the observed ones at once, whatever the updateStrategy;
+//     there is no adoption or orphaning, and child writes cost no API calls under a Budget.
+//   - The customize hook is not called; related objects come from the Related callback.
+//   - The parent sent is the live object, never a lagging informer copy; status updates never
+//     conflict (no RetryOnConflict rounds); hook and API call latencies are constants.
+//   - Events are a list in memory, not Event objects with --events-qps spam filtering.
 package driver
 
 import (
