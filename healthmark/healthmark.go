@@ -84,8 +84,10 @@ func New(c Config) (*Marker, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	// The sequence starts from the clock so that a restarted process never repeats a value
+	// the annotation may still hold (a repeat would be a no-op patch, hence no sync).
 	return &Marker{c: c, log: log, limiter: rate.NewLimiter(rate.Limit(c.QPS), c.Burst),
-		queued: map[string]bool{}, wake: make(chan struct{}, 1)}, nil
+		queued: map[string]bool{}, wake: make(chan struct{}, 1), seq: uint64(max(c.Now().UnixNano(), 0))}, nil
 }
 
 // Notify queues key after a verdict transition; it never blocks.

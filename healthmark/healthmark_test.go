@@ -37,7 +37,7 @@ func (r *recorder) Gone(err error) bool { return errors.Is(err, errGone) }
 
 func newMarker(t *testing.T, r *recorder, behind map[string]string, qps float64, burst int) *healthmark.Marker {
 	t.Helper()
-	m, err := healthmark.New(healthmark.Config{Patcher: r, QPS: qps, Burst: burst,
+	m, err := healthmark.New(healthmark.Config{Patcher: r, QPS: qps, Burst: burst, Now: func() time.Time { return time.Unix(0, 0) },
 		Behind: func(key string) (string, bool) { v, ok := behind[key]; return v, ok }})
 	if err != nil {
 		t.Fatal(err)
@@ -63,6 +63,26 @@ func TestCoalescesAndSkipsSettled(t *testing.T) {
 	want := []string{"ns/a=Unhealthy@1", "ns/c=Healthy@2"}
 	if diff := cmp.Diff(want, r.patches); diff != "" {
 		t.Errorf("patches (-want +got):\n%s", diff)
+	}
+}
+
+// TestSequenceSurvivesRestart: a new Marker (a restarted process) never sends a value an
+// earlier one sent, so its first patch is always a change.
+func TestSequenceSurvivesRestart(t *testing.T) {
+	var values []string
+	for _, at := range []time.Time{t0, t0.Add(time.Second)} {
+		r := &recorder{}
+		m, err := healthmark.New(healthmark.Config{Patcher: r, Now: func() time.Time { return at },
+			Behind: func(string) (string, bool) { return "Healthy", true }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Notify("ns/a")
+		m.Step(context.Background(), at)
+		values = append(values, r.patches...)
+	}
+	if len(values) != 2 || values[0] == values[1] {
+		t.Errorf("patches across a restart %v, want two different values", values)
 	}
 }
 
