@@ -11,11 +11,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	k8stypes "k8s.io/apimachinery/pkg/types"
 
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/events"
-	"github.com/proxy-operator/proxy-operator/internal/apiservertest"
+	"github.com/proxy-operator/proxy-operator/internal/kubetest"
 	"github.com/proxy-operator/proxy-operator/kube"
 )
 
@@ -23,17 +22,14 @@ import (
 // and finds them where `kubectl describe px` looks (events whose involvedObject is the Proxy),
 // the repeated one aggregated into a count rather than stored three times.
 func TestRecorderOnAPIServer(t *testing.T) {
-	s := apiservertest.Start(t)
-	s.InstallProxyCRD(t)
-	s.CreateNamespace(t, "crawl")
-	obj := s.CreateProxy(t, "crawl", map[string]any{
-		"apiVersion": v1.APIVersion, "kind": v1.Kind,
+	cfg := kubetest.Start(t)
+	kubetest.Namespace(t, cfg, "crawl")
+	obj := kubetest.CreateProxy(t, cfg, "crawl", map[string]any{
 		"metadata": map[string]any{"name": "edge-1"},
 		"spec":     map[string]any{"mode": "Managed", "provider": "mock"},
 	})
-	p := &v1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: "crawl", Name: "edge-1",
-		UID: k8stypes.UID(obj["metadata"].(map[string]any)["uid"].(string))}}
-	clients, err := kube.NewClients(s.RestConfig())
+	p := &v1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: "crawl", Name: "edge-1", UID: obj.GetUID()}}
+	clients, err := kube.NewClients(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +87,7 @@ func TestRecorderOnAPIServer(t *testing.T) {
 		t.Logf("no kubectl in KUBEBUILDER_ASSETS: checked the events by involvedObject only")
 		return
 	}
-	out, err := exec.Command(kubectl, "--kubeconfig", s.Kubeconfig(t), "describe", "px", "-n", "crawl", "edge-1").CombinedOutput()
+	out, err := exec.Command(kubectl, "--kubeconfig", kubetest.Kubeconfig(t, cfg), "describe", "px", "-n", "crawl", "edge-1").CombinedOutput()
 	if err != nil {
 		t.Fatalf("kubectl describe px: %v\n%s", err, out)
 	}

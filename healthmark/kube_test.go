@@ -5,29 +5,23 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/dynamic"
 
 	"github.com/proxy-operator/proxy-operator/gc"
 	"github.com/proxy-operator/proxy-operator/healthmark"
-	"github.com/proxy-operator/proxy-operator/internal/apiservertest"
+	"github.com/proxy-operator/proxy-operator/internal/kubetest"
 )
 
 // TestKubePatcherOnAPIServer: the merge patch lands on a real API server as a metadata change
 // (new resourceVersion, the annotation set, status and spec untouched), which is what makes
 // Metacontroller's parent informer enqueue a sync; a deleted Proxy is Gone.
 func TestKubePatcherOnAPIServer(t *testing.T) {
-	s := apiservertest.Start(t)
-	s.InstallProxyCRD(t)
-	s.CreateNamespace(t, "crawl")
-	s.CreateProxy(t, "crawl", map[string]any{
-		"apiVersion": "crawl.example.com/v1alpha1", "kind": "Proxy",
+	cfg := kubetest.Start(t)
+	kubetest.Namespace(t, cfg, "crawl")
+	kubetest.CreateProxy(t, cfg, "crawl", map[string]any{
 		"metadata": map[string]any{"name": "p"},
 		"spec":     map[string]any{"mode": "Managed", "provider": "mock"},
 	})
-	client, err := dynamic.NewForConfig(s.RestConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
+	client := kubetest.Dynamic(t, cfg)
 	px := client.Resource(gc.ProxyResource).Namespace("crawl")
 	before, err := px.Get(context.Background(), "p", metav1.GetOptions{})
 	if err != nil {
