@@ -1,9 +1,12 @@
 package driver_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -445,16 +448,17 @@ func logFlapping(t *testing.T, n int, ms metaSettings, flapFor, steadyFor time.D
 
 // readKey reads namespace/name of the parent from a hook body and restores the body.
 func readKey(r *http.Request) (string, error) {
-	b, err := readAllRestore(r)
+	b, err := io.ReadAll(r.Body)
 	if err != nil {
 		return "", err
 	}
+	r.Body = io.NopCloser(bytes.NewReader(b))
 	var req struct {
 		Parent struct {
 			Metadata struct{ Namespace, Name string } `json:"metadata"`
 		} `json:"parent"`
 	}
-	if err := jsonUnmarshal(b, &req); err != nil {
+	if err := json.Unmarshal(b, &req); err != nil {
 		return "", err
 	}
 	return req.Parent.Metadata.Namespace + "/" + req.Parent.Metadata.Name, nil
