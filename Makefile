@@ -12,8 +12,10 @@ RUN_ARGS      ?= -hook-addr 127.0.0.1:8080 -discovery-addr 127.0.0.1:8090 -log-f
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN) .
 
+# run is the no-cluster quickstart: KUBECONFIG is cleared, since its Proxies exist in no cluster
+# and, with a client, GC would take their mock instances for orphans.
 run:
-	$(GO) run . $(RUN_ARGS)
+	KUBECONFIG= $(GO) run . $(RUN_ARGS)
 
 test:
 	$(GO) test -race -count=1 ./...
