@@ -43,6 +43,7 @@ verify: generate
 	@git diff --exit-code -- crds/ metacontroller/crd.yaml || (echo "crds/ or metacontroller/crd.yaml is stale: run 'make generate' and commit" && exit 1)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1)
 	$(GO) vet ./...
+	$(GO) test -count=1 -run '^(TestLayering|TestMainIsFlagsAndDispatch)$$' .
 
 ## bench: every benchmark, 2 s each
 bench:
