@@ -7,7 +7,7 @@ HOOK=${HOOK_ADDR:-127.0.0.1:8080} DISC=${DISCOVERY_ADDR:-127.0.0.1:8090} BIN=${B
 export GOTOOLCHAIN=${GOTOOLCHAIN:-go1.27.3} DISCOVERY_TOKEN=${DISCOVERY_TOKEN:-quickstart-token}
 LOG=${TMPDIR:-/tmp}/proxy-operator-quickstart.log
 auth="Authorization: Bearer $DISCOVERY_TOKEN"
-echo "== go build -o $BIN . (about 10 s with a warm Go cache; several minutes on an empty one)"
+echo "== go build -o $BIN . (about 15 s with a warm Go cache; about 6 minutes on an empty one)"
 start=$(date +%s); go build -o "$BIN" .; echo "   built in $(( $(date +%s) - start )) s"
 "$BIN" -hook-addr "$HOOK" -discovery-addr "$DISC" -log-format text -fleet-warmup 5s -gc-min-age 1m >"$LOG" 2>&1 &
 pid=$!
