@@ -87,3 +87,25 @@ func TestQuickstartScript(t *testing.T) {
 		}
 	}
 }
+
+// TestMakeHelp: `make help` exits 0 and lists the targets a newcomer needs, one line each.
+func TestMakeHelp(t *testing.T) {
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("make not on PATH")
+	}
+	out, err := exec.Command("make", "--no-print-directory", "help").CombinedOutput()
+	if err != nil {
+		t.Fatalf("make help: %v\n%s", err, out)
+	}
+	for _, target := range []string{"help", "build", "run", "demo", "test", "verify", "generate", "bench", "fuzz", "load", "docker-build"} {
+		found := false
+		for _, line := range strings.Split(string(out), "\n") {
+			if f := strings.Fields(line); len(f) > 1 && f[0] == target {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("make help lists no %q with a description:\n%s", target, out)
+		}
+	}
+}
