@@ -9,7 +9,7 @@ LOG=${TMPDIR:-/tmp}/proxy-operator-quickstart.log
 auth="Authorization: Bearer $DISCOVERY_TOKEN"
 echo "== go build -o $BIN . (about 15 s with a warm Go cache; about 6 minutes on an empty one)"
 start=$(date +%s); go build -o "$BIN" .; echo "   built in $(( $(date +%s) - start )) s"
-"$BIN" -hook-addr "$HOOK" -discovery-addr "$DISC" -log-format text -fleet-warmup 5s -gc-min-age 1m >"$LOG" 2>&1 &
+KUBECONFIG= "$BIN" -hook-addr "$HOOK" -discovery-addr "$DISC" -log-format text -fleet-warmup 5s -gc-min-age 1m >"$LOG" 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null || true; echo "== operator stopped (its log: $LOG)"' EXIT
 echo "== waiting for http://$HOOK/readyz"
