@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/proxy-operator/proxy-operator/fleet"
+	"github.com/proxy-operator/proxy-operator/internal/healthtest"
 	"github.com/proxy-operator/proxy-operator/internal/redistest"
 	"github.com/proxy-operator/proxy-operator/lease/redisstore"
 	"github.com/proxy-operator/proxy-operator/lifecycle"
@@ -35,10 +36,10 @@ func TestDiscoveryOnRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	view := fleet.New(time.Now, 0)
-	health := &discHealth{m: map[string]lifecycle.Health{}}
+	health := &healthtest.Map{}
 	for _, k := range []string{"crawl/a", "crawl/b"} {
 		view.Upsert(fleet.Proxy{Key: k, IP: "10.0.0.1", Port: 3128, MaxLeases: 2, Attributes: map[string]string{"geo": "eu"}})
-		health.set(k, lifecycle.HealthHealthy, 10)
+		health.Set(k, lifecycle.Health{State: lifecycle.HealthHealthy, LatencyMillis: 10})
 	}
 	ctx := context.Background()
 	if err := redisstore.NewPublisher(redisstore.PublisherConfig{Store: store, Fleet: view, Health: health}).Sync(ctx); err != nil {
