@@ -330,3 +330,60 @@ func TestSpecHash(t *testing.T) {
 		})
 	}
 }
+
+// TestReadyCondition: Ready is True iff the phase is Ready, names what holds the proxy back
+// otherwise, and its lastTransitionTime moves only when its status does.
+func TestReadyCondition(t *testing.T) {
+	m := managedProxy("a")
+	cond := func(st v1.ProxyStatus, typ string) *metav1.Condition {
+		for i := range st.Conditions {
+			if st.Conditions[i].Type == typ {
+				return &st.Conditions[i]
+			}
+		}
+		return nil
+	}
+	// Provisioning: Ready False since t0, reason Creating.
+	in := lifecycle.Input{Proxy: m, ProviderKnown: true, Now: t0}
+	first := lifecycle.Decide(in)
+	in.Outcome = &lifecycle.Outcome{Action: *first.Action, ProviderID: "mock://x"}
+	st := lifecycle.Decide(in).Status
+	if c := cond(st, v1.ConditionReady); c == nil || c.Status != metav1.ConditionFalse || c.Reason != lifecycle.ReasonCreating || !c.LastTransitionTime.Time.Equal(t0) {
+		t.Fatalf("while creating: Ready = %+v, want False Creating since %s", c, t0)
+	}
+
+	step := func(prev v1.ProxyStatus, at time.Duration, health lifecycle.Health) v1.ProxyStatus {
+		p := *m
+		p.Status = prev
+		return lifecycle.Decide(lifecycle.Input{Proxy: &p, ProviderKnown: true, Instance: running(m), Health: health, Now: t0.Add(at)}).Status
+	}
+	// Running, no verdict yet: still False, new reason, same transition time.
+	st = step(st, time.Minute, lifecycle.Health{})
+	if c := cond(st, v1.ConditionReady); c.Status != metav1.ConditionFalse || c.Reason != lifecycle.ReasonAwaitingProbe || !c.LastTransitionTime.Time.Equal(t0) {
+		t.Errorf("awaiting probe: Ready = %+v, want False AwaitingProbe, time kept at %s", c, t0)
+	}
+	// Healthy: True from now on.
+	st = step(st, 2*time.Minute, healthy)
+	if c := cond(st, v1.ConditionReady); st.Phase != v1.PhaseReady || c.Status != metav1.ConditionTrue || !c.LastTransitionTime.Time.Equal(t0.Add(2*time.Minute)) {
+		t.Errorf("ready: phase %s Ready = %+v, want True since %s", st.Phase, c, t0.Add(2*time.Minute))
+	}
+	steady := mustJSON(t, st)
+	if got := mustJSON(t, step(st, time.Hour, healthy)); got != steady {
+		t.Errorf("steady Ready proxy re-decided an hour later changed:\nwant %s\ngot  %s", steady, got)
+	}
+	// Unhealthy: False, ProbeFailed, now.
+	st = step(st, 3*time.Hour, lifecycle.Health{State: lifecycle.HealthUnhealthy, Since: t0.Add(3 * time.Hour), Reason: "timeout"})
+	if c := cond(st, v1.ConditionReady); c.Status != metav1.ConditionFalse || c.Reason != lifecycle.ReasonProbeFailed || !c.LastTransitionTime.Time.Equal(t0.Add(3*time.Hour)) {
+		t.Errorf("unhealthy: Ready = %+v, want False ProbeFailed since %s", c, t0.Add(3*time.Hour))
+	}
+	if c := cond(st, v1.ConditionStalled); c != nil {
+		t.Errorf("Stalled %+v on an Unhealthy proxy, want it only when Failed", c)
+	}
+	var types []string
+	for _, c := range st.Conditions {
+		types = append(types, c.Type)
+	}
+	if diff := cmp.Diff([]string{v1.ConditionProvisioned, v1.ConditionHealthy, v1.ConditionReady}, types); diff != "" {
+		t.Errorf("condition order (-want +got):\n%s", diff)
+	}
+}
