@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -107,7 +108,7 @@ func (d *decider) syncManaged() {
 	desired := SpecHash(spec, in.CloudInit)
 	inst := in.Instance
 	if inst == nil {
-		if d.prev.Phase == v1.PhaseFailed && d.prev.SpecHash == desired && d.prevReason() == ReasonPermanentError {
+		if d.prev.Phase == v1.PhaseFailed && d.prev.SpecHash == desired && d.prevCreateRefused() {
 			// Permanent failure: no retries until the spec (hence the hash) changes.
 			d.keepProvisioned()
 			d.healthCondition(false)
@@ -313,7 +314,7 @@ func (d *decider) finalizeManaged() {
 func (d *decider) createRequest(hash string) providers.CreateRequest {
 	p := d.in.Proxy
 	req := providers.CreateRequest{
-		Name:      providers.InstanceName(string(p.UID)),
+		Name:      providers.InstanceName(string(p.UID), hash),
 		OwnerUID:  string(p.UID),
 		SpecHash:  hash,
 		Namespace: p.Namespace,
@@ -405,11 +406,13 @@ func (d *decider) keepProvisioned() {
 	}
 }
 
-func (d *decider) prevReason() string {
-	if c := findCondition(d.prev.Conditions, v1.ConditionProvisioned); c != nil {
-		return c.Reason
-	}
-	return ""
+// prevCreateRefused says the status records a Create the provider refused as permanent. Only
+// that holds a Proxy in Failed until its spec changes: a permanent error from an observation
+// (a Get, a lookup by tags) says nothing about the spec, so the next sync simply asks again.
+// The status is the decision's only memory; the message names the operation that failed.
+func (d *decider) prevCreateRefused() bool {
+	c := findCondition(d.prev.Conditions, v1.ConditionProvisioned)
+	return c != nil && c.Reason == ReasonPermanentError && strings.HasPrefix(c.Message, string(ActionCreate)+": ")
 }
 
 func (d *decider) provisioned(status metav1.ConditionStatus, reason, msg string) {

@@ -36,7 +36,7 @@ func externalProxy() *v1.Proxy {
 }
 
 func running(p *v1.Proxy) *providers.Instance {
-	name := providers.InstanceName(string(p.UID))
+	name := providers.InstanceName(string(p.UID), lifecycle.SpecHash(&p.Spec, ""))
 	return &providers.Instance{ID: "mock://" + name, Name: name, State: providers.StateRunning, IP: "127.1.2.3",
 		OwnerUID: string(p.UID), SpecHash: lifecycle.SpecHash(&p.Spec, "")}
 }
@@ -162,7 +162,14 @@ func TestActions(t *testing.T) {
 	provisioning.State, provisioning.IP = providers.StateProvisioning, ""
 	failed := managedProxy("a")
 	failed.Status = v1.ProxyStatus{Phase: v1.PhaseFailed, SpecHash: lifecycle.SpecHash(&failed.Spec, ""),
-		Conditions: []metav1.Condition{{Type: v1.ConditionProvisioned, Status: metav1.ConditionFalse, Reason: lifecycle.ReasonPermanentError}}}
+		Conditions: []metav1.Condition{{Type: v1.ConditionProvisioned, Status: metav1.ConditionFalse, Reason: lifecycle.ReasonPermanentError,
+			Message: "Create: mock create: permanent provider error"}}}
+	// The same Failed status left by an observation (a lookup by tags that failed as
+	// permanent) holds nothing back: the spec was never refused.
+	observeFailed := managedProxy("a")
+	observeFailed.Status = failed.Status
+	observeFailed.Status.Conditions = []metav1.Condition{{Type: v1.ConditionProvisioned, Status: metav1.ConditionFalse, Reason: lifecycle.ReasonPermanentError,
+		Message: "observe: mock list: permanent provider error"}}
 	type want struct {
 		Kind       lifecycle.ActionKind
 		Phase      v1.ProxyPhase
@@ -186,6 +193,8 @@ func TestActions(t *testing.T) {
 			want{Kind: lifecycle.ActionDelete, Phase: v1.PhaseProvisioning, Reason: lifecycle.ReasonInstanceLost, ProviderID: lost.ID}},
 		{"permanent failure, same spec: nothing", lifecycle.Input{Proxy: failed, ProviderKnown: true},
 			want{Phase: v1.PhaseFailed, Reason: lifecycle.ReasonPermanentError}},
+		{"permanent observe failure, same spec: create", lifecycle.Input{Proxy: observeFailed, ProviderKnown: true},
+			want{Kind: lifecycle.ActionCreate, Phase: v1.PhaseProvisioning, Reason: lifecycle.ReasonCreating}},
 		{"finalize, instance exists: delete", lifecycle.Input{Proxy: m, ProviderKnown: true, Finalizing: true, Instance: running(m)},
 			want{Kind: lifecycle.ActionDelete, Phase: v1.PhaseDeleting, Reason: lifecycle.ReasonDeleting, ProviderID: running(m).ID}},
 		{"finalize, gone: finalized", lifecycle.Input{Proxy: m, ProviderKnown: true, Finalizing: true},

@@ -83,7 +83,7 @@ func copyProxy(t *testing.T, p *v1.Proxy) *v1.Proxy {
 }
 
 func runningInstance(p *v1.Proxy) *providers.Instance {
-	name := providers.InstanceName(string(p.UID))
+	name := providers.InstanceName(string(p.UID), lifecycle.SpecHash(&p.Spec, ""))
 	return &providers.Instance{ID: "mock://" + name, Name: name, State: providers.StateRunning, IP: "127.0.0.9",
 		OwnerUID: string(p.UID), SpecHash: lifecycle.SpecHash(&p.Spec, "")}
 }
