@@ -312,7 +312,16 @@ func (d *decider) finalizeManaged() {
 }
 
 func (d *decider) createRequest(hash string) providers.CreateRequest {
-	p := d.in.Proxy
+	return newCreateRequest(d.in.Proxy, hash, d.in.CloudInit)
+}
+
+// CreateRequest is the request Decide makes to create p's machine with that cloud-init (spec
+// defaulted), so the hook can ask a provider about it before observing.
+func CreateRequest(p *v1.Proxy, cloudInit string) providers.CreateRequest {
+	return newCreateRequest(p, SpecHash(&p.Spec, cloudInit), cloudInit)
+}
+
+func newCreateRequest(p *v1.Proxy, hash, cloudInit string) providers.CreateRequest {
 	req := providers.CreateRequest{
 		Name:      providers.InstanceName(string(p.UID), hash),
 		OwnerUID:  string(p.UID),
@@ -320,7 +329,7 @@ func (d *decider) createRequest(hash string) providers.CreateRequest {
 		Namespace: p.Namespace,
 		ProxyName: p.Name,
 		Port:      p.Spec.Port,
-		CloudInit: d.in.CloudInit,
+		CloudInit: cloudInit,
 	}
 	if pl := p.Spec.Placement; pl != nil {
 		req.Region, req.Zone, req.MachineType, req.Image = pl.Region, pl.Zone, pl.MachineType, pl.Image

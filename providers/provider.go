@@ -85,6 +85,30 @@ type OwnerLister interface {
 	ListByOwner(ctx context.Context, ownerUID string) ([]Instance, error)
 }
 
+// CreateChecker is an optional capability: a provider that refuses some create requests
+// without calling its cloud (a missing zone, a malformed image) says so before any call.
+type CreateChecker interface {
+	// CheckCreate returns the error Create would return for req without calling the cloud,
+	// or nil when only the cloud can tell.
+	CheckCreate(req CreateRequest) error
+}
+
+// CheckCreate asks p (or a provider it wraps) whether req can be refused without a call; nil
+// when p cannot tell.
+func CheckCreate(p Provider, req CreateRequest) error {
+	for p != nil {
+		if c, ok := p.(CreateChecker); ok {
+			return c.CheckCreate(req)
+		}
+		u, ok := p.(interface{ Unwrap() Provider })
+		if !ok {
+			return nil
+		}
+		p = u.Unwrap()
+	}
+	return nil
+}
+
 // ListByOwner returns the instances of one owner (by their GC tags): through p's OwnerLister
 // if it has one, else ListByTag filtered here.
 func ListByOwner(ctx context.Context, p Provider, ownerUID string) ([]Instance, error) {

@@ -2,6 +2,7 @@ package providers_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -79,5 +80,24 @@ proxy_operator_provider_requests_total{op="list",provider="cloud",result="ok"} 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "proxy_operator_provider_requests_total"); err != nil {
 		t.Errorf("lists counted through the wrapper: %v", err)
+	}
+}
+
+// refusing refuses every create request without a call.
+type refusing struct{ closing }
+
+func (refusing) CheckCreate(providers.CreateRequest) error {
+	return providers.Wrap(providers.ErrPermanent, "refusing", nil)
+}
+
+// TestCheckCreate: the capability is found through the metrics wrapper; a provider without it
+// cannot tell (nil).
+func TestCheckCreate(t *testing.T) {
+	m := providers.NewMetrics(prometheus.NewRegistry())
+	if err := providers.CheckCreate(m.Instrument("r", &refusing{}), providers.CreateRequest{}); !errors.Is(err, providers.ErrPermanent) {
+		t.Errorf("through the wrapper: %v, want ErrPermanent", err)
+	}
+	if err := providers.CheckCreate(m.Instrument("c", &closing{}), providers.CreateRequest{}); err != nil {
+		t.Errorf("a provider without CheckCreate: %v, want nil", err)
 	}
 }

@@ -181,6 +181,17 @@ func (p *Provider) Close() error {
 
 // Create submits an instances.insert and returns without waiting for the operation. A name
 // that already exists (409) is the instance an earlier Create made, and its ID is returned.
+var _ providers.CreateChecker = (*Provider)(nil)
+
+// CheckCreate returns the error Create gives, without a call, for a request no VM can be made
+// from (a missing zone, machine type or image, a value that is not a label).
+func (p *Provider) CheckCreate(req providers.CreateRequest) error {
+	if _, err := p.instance(req); err != nil {
+		return providers.Wrap(providers.ErrPermanent, "gcp insert", err)
+	}
+	return nil
+}
+
 func (p *Provider) Create(ctx context.Context, req providers.CreateRequest) (string, error) {
 	const op = "gcp insert"
 	inst, err := p.instance(req)

@@ -83,7 +83,7 @@ func (h *Hooks) sync(ctx context.Context, hook string, body []byte, ex *Exchange
 		in.RetryAt = h.retryAt(p, finalizing)
 	}
 	if in.ProviderKnown && !in.RetryAt.After(in.Now) {
-		in.Instance, in.ObserveErr = h.observe(ctx, entry, p)
+		in.Instance, in.ObserveErr = h.observe(ctx, entry, p, finalizing, in.CloudInit)
 		if in.ObserveErr != nil {
 			log.Error("provider observe failed", "provider", entry.Name, "providerID", p.Status.ProviderID, "err", in.ObserveErr)
 		}
@@ -111,7 +111,7 @@ func (h *Hooks) sync(ctx context.Context, hook string, body []byte, ex *Exchange
 }
 
 // observe asks the provider what exists for this Proxy.
-func (h *Hooks) observe(ctx context.Context, e providers.Entry, p *v1.Proxy) (*providers.Instance, error) {
+func (h *Hooks) observe(ctx context.Context, e providers.Entry, p *v1.Proxy, finalizing bool, cloudInit string) (*providers.Instance, error) {
 	ctx, cancel := context.WithTimeout(ctx, h.ProviderTimeout)
 	defer cancel()
 	if id := p.Status.ProviderID; id != "" {
@@ -126,6 +126,11 @@ func (h *Hooks) observe(ctx context.Context, e providers.Entry, p *v1.Proxy) (*p
 	// for this owner's instances by tag; the sync core adopts one of the current spec and
 	// deletes any other before it creates. (Finalize and a Failed Proxy, which creates no
 	// more, need the same lookup.) The cost is one list per creation, never in steady state.
+	// A spec the provider refuses without a call (a GCP placement without a zone) reaches no
+	// cloud, not even to list: Create reports it. Finalize always looks.
+	if !finalizing && providers.CheckCreate(e.Provider, lifecycle.CreateRequest(p, cloudInit)) != nil {
+		return nil, nil
+	}
 	insts, err := providers.ListByOwner(ctx, e.Provider, string(p.UID))
 	if err != nil {
 		return nil, err
