@@ -131,7 +131,8 @@ func gitopsCases(t *testing.T) []gitopsCase {
 	return []gitopsCase{
 		{"creating", creating, status.InProgressStatus, "Progressing", false, lifecycle.ReasonCreating},
 		{"instance starting", booting, status.InProgressStatus, "Progressing", false, lifecycle.ReasonCreating},
-		{"running, first probe pending", awaitingProbe, status.InProgressStatus, "Progressing", false, lifecycle.ReasonAwaitingProbe},
+		// A running instance awaiting its first verdict keeps the "starting" status (no write).
+		{"running, first probe pending", awaitingProbe, status.InProgressStatus, "Progressing", false, lifecycle.ReasonCreating},
 		{"ready", ready, status.CurrentStatus, "Healthy", true, ""},
 		{"running, probe failing", unhealthy, status.InProgressStatus, "Degraded", false, lifecycle.ReasonProbeFailed},
 		{"spec changed, not yet synced", respecced, status.InProgressStatus, "Progressing", true, ""},
