@@ -102,7 +102,7 @@ func (d *decider) syncManaged() {
 		d.out.ResyncAfter = 0
 		return
 	}
-	desired := SpecHash(spec, in.CloudInit)
+	desired := specHash(spec, in.CloudInit, in.CredentialsVersion)
 	inst := in.Instance
 	if inst == nil {
 		if d.prev.Phase == v1.PhaseFailed && d.prev.SpecHash == desired && d.prevReason() == ReasonPermanentError {
@@ -111,12 +111,29 @@ func (d *decider) syncManaged() {
 			d.healthCondition(false)
 			return
 		}
+		if in.CredentialsPending {
+			d.st.ProviderID, d.st.IP = "", ""
+			if d.st.Phase == "" || d.st.Phase == v1.PhasePending {
+				d.st.Phase = v1.PhasePending
+			} else {
+				d.st.Phase = v1.PhaseProvisioning
+			}
+			d.provisioned(metav1.ConditionFalse, ReasonAwaitingCredentials, "waiting for the credentials Secret to be stored before creating the instance")
+			d.healthCondition(false)
+			d.out.ResyncAfter = ProvisionPoll
+			return
+		}
 		d.act(Action{Kind: ActionCreate, Create: d.createRequest(desired)})
 		return
 	}
 	instHash := inst.SpecHash
 	if instHash == "" {
 		instHash = d.prev.SpecHash
+	}
+	if in.CredentialsPending {
+		// A rotated credential is not stored yet: keep the machine until it is, rather than
+		// delete it now and wait without any.
+		desired = instHash
 	}
 	switch {
 	case instHash != desired:
@@ -318,6 +335,10 @@ func (d *decider) createRequest(hash string) providers.CreateRequest {
 		ProxyName: p.Name,
 		Port:      p.Spec.Port,
 		CloudInit: d.in.CloudInit,
+	}
+	if c := d.in.Credentials; c != nil {
+		cp := *c
+		req.Credentials = &cp
 	}
 	if pl := p.Spec.Placement; pl != nil {
 		req.Region, req.Zone, req.MachineType, req.Image = pl.Region, pl.Zone, pl.MachineType, pl.Image

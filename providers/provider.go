@@ -55,6 +55,9 @@ type CreateRequest struct {
 	Image       string
 	Port        int32
 	CloudInit   string
+	// Credentials are what the proxy must demand of every client (HTTP Basic proxy auth).
+	// Never nil for a Managed proxy once credentials exist; a provider must not log them.
+	Credentials *Credentials
 }
 
 // Tags are the labels every created instance must carry.
