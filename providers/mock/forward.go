@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/proxy-operator/proxy-operator/providers"
@@ -22,8 +23,9 @@ func ServeForwardProxy(addr string, creds *providers.Credentials) (stop func(), 
 	if err != nil {
 		return nil, err
 	}
+	f := &forwarder{dial: egressDialer(ln.Addr())}
 	srv := &http.Server{
-		Handler:           requireAuth(creds, http.HandlerFunc(forward)),
+		Handler:           requireAuth(creds, f),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       30 * time.Second,
 	}
@@ -58,9 +60,46 @@ func requireAuth(creds *providers.Credentials, next http.Handler) http.Handler {
 
 var dialer = &net.Dialer{Timeout: 10 * time.Second}
 
-func forward(w http.ResponseWriter, r *http.Request) {
+// egressDialer dials loopback targets from the proxy's own address, as a real proxy machine
+// egresses from its own IP: a local test site then tells the proxies apart by client address
+// (one answering 429 to one proxy, say). Other targets are dialled as usual.
+func egressDialer(listen net.Addr) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	tcp, ok := listen.(*net.TCPAddr)
+	if !ok || !tcp.IP.IsLoopback() {
+		return dialer.DialContext
+	}
+	bound := &net.Dialer{Timeout: dialer.Timeout, LocalAddr: &net.TCPAddr{IP: tcp.IP}}
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		host, _, err := net.SplitHostPort(addr)
+		if ip := net.ParseIP(host); err == nil && ip != nil && ip.IsLoopback() && ip.To4() != nil {
+			return bound.DialContext(ctx, network, addr)
+		}
+		return dialer.DialContext(ctx, network, addr)
+	}
+}
+
+// forwarder is one forward proxy.
+type forwarder struct {
+	dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	once sync.Once
+	tr   *http.Transport
+}
+
+func (f *forwarder) transport() *http.Transport {
+	f.once.Do(func() {
+		f.tr = &http.Transport{
+			Proxy:                 nil,
+			DialContext:           f.dial,
+			ResponseHeaderTimeout: 30 * time.Second,
+			DisableKeepAlives:     true,
+		}
+	})
+	return f.tr
+}
+
+func (f *forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodConnect {
-		tunnel(w, r)
+		f.tunnel(w, r)
 		return
 	}
 	if !r.URL.IsAbs() {
@@ -71,7 +110,7 @@ func forward(w http.ResponseWriter, r *http.Request) {
 	out.RequestURI = ""
 	out.Header.Del("Proxy-Connection")
 	out.Header.Del("Proxy-Authorization")
-	resp, err := transport.RoundTrip(out)
+	resp, err := f.transport().RoundTrip(out)
 	if err != nil {
 		http.Error(w, "mock proxy: "+err.Error(), http.StatusBadGateway)
 		return
@@ -86,15 +125,8 @@ func forward(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.Copy(w, resp.Body)
 }
 
-var transport = &http.Transport{
-	Proxy:                 nil,
-	DialContext:           dialer.DialContext,
-	ResponseHeaderTimeout: 30 * time.Second,
-	DisableKeepAlives:     true,
-}
-
-func tunnel(w http.ResponseWriter, r *http.Request) {
-	upstream, err := dialer.DialContext(r.Context(), "tcp", r.Host)
+func (f *forwarder) tunnel(w http.ResponseWriter, r *http.Request) {
+	upstream, err := f.dial(r.Context(), "tcp", r.Host)
 	if err != nil {
 		http.Error(w, "mock proxy: "+err.Error(), http.StatusBadGateway)
 		return

@@ -246,7 +246,13 @@ func TestConcurrentUse(t *testing.T) {
 // TestServedForwardProxy: with a server, a Running instance is a real forward proxy on its
 // loopback address.
 func TestServedForwardProxy(t *testing.T) {
-	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	var mu sync.Mutex
+	var clients []string
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host, _, _ := net.SplitHostPort(r.RemoteAddr)
+		mu.Lock()
+		clients = append(clients, host)
+		mu.Unlock()
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	t.Cleanup(target.Close)
@@ -292,6 +298,12 @@ func TestServedForwardProxy(t *testing.T) {
 			t.Errorf("%s: status %d through the proxy, want %d", tc.name, res.StatusCode, tc.want)
 		}
 	}
+	// The proxy egresses from its own address, as a proxy machine does from its IP.
+	mu.Lock()
+	if len(clients) != 1 || clients[0] != inst.IP {
+		t.Errorf("target saw clients %v, want only the proxy's address %s", clients, inst.IP)
+	}
+	mu.Unlock()
 	proxyURL := &url.URL{Scheme: "http", Host: host}
 	if err := p.Delete(context.Background(), id); err != nil {
 		t.Fatal(err)
