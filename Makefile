@@ -5,9 +5,10 @@ GO            ?= go
 CONTROLLER_GEN = $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.21.0
 BIN           ?= bin/proxy-operator
 IMG           ?= proxy-operator:dev
+PYTHON        ?= /usr/bin/python3
 RUN_ARGS      ?= -hook-addr 127.0.0.1:8080 -discovery-addr 127.0.0.1:8090 -log-format text -fleet-warmup 5s -gc-min-age 1m
 
-.PHONY: build run test generate verify vet fmt bench bench-probes bench-discovery docker-build fuzz load
+.PHONY: build run test test-go test-python generate verify vet fmt bench bench-probes bench-discovery docker-build fuzz load
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN) .
@@ -15,8 +16,15 @@ build:
 run:
 	$(GO) run . $(RUN_ARGS)
 
-test:
+test: test-go test-python
+
+test-go:
 	$(GO) test -race -count=1 ./...
+
+# test-python: the Python client and its Scrapy middleware, with Debian's python3-scrapy,
+# python3-pytest and python3-requests; the tests build and run the real operator binary.
+test-python:
+	cd clients/python && PYTHONDONTWRITEBYTECODE=1 GO="$(GO)" $(PYTHON) -m pytest -q -p no:cacheprovider
 
 # The install kustomization gets its own copy of the CRD: kustomize refuses files outside its root.
 generate:

@@ -45,7 +45,11 @@ def main():
     }
     process = CrawlerProcess(settings)
     crawler = process.create_crawler(SiteSpider)
-    crawler.signals.connect(lambda item, **_: items.append(dict(item)), signal=scrapy.signals.item_scraped)
+    def collect(item, **_):
+        items.append(dict(item))
+
+    # Signals hold weak references: collect must stay referenced while the crawl runs.
+    crawler.signals.connect(collect, signal=scrapy.signals.item_scraped)
     process.crawl(crawler, start=start)
     process.start()
     stats = {k: v for k, v in crawler.stats.get_stats().items() if isinstance(v, (int, float, str))}
