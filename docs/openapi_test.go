@@ -32,7 +32,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/fleet"
 	"github.com/proxy-operator/proxy-operator/lease"
 	"github.com/proxy-operator/proxy-operator/lifecycle"
-	"github.com/proxy-operator/proxy-operator/server"
+	"github.com/proxy-operator/proxy-operator/server/discovery"
 )
 
 const token = "openapi-test-token"
@@ -53,12 +53,12 @@ func (h *health) Health(key string) lifecycle.Health {
 }
 
 // discovery is a real discovery server on a real listener.
-type discovery struct {
+type discoveryServer struct {
 	srv     *httptest.Server
 	handler http.Handler
 }
 
-func newDiscovery(t *testing.T, warmup time.Duration, proxies ...fleet.Proxy) *discovery {
+func newDiscovery(t *testing.T, warmup time.Duration, proxies ...fleet.Proxy) *discoveryServer {
 	t.Helper()
 	view := fleet.New(time.Now, warmup)
 	h := &health{m: map[string]lifecycle.Health{}}
@@ -67,11 +67,11 @@ func newDiscovery(t *testing.T, warmup time.Duration, proxies ...fleet.Proxy) *d
 		h.m[p.Key] = lifecycle.Health{State: lifecycle.HealthHealthy, LatencyMillis: 12}
 	}
 	store := lease.NewMemory(lease.Config{Fleet: view, Health: h})
-	d := &server.Discovery{Fleet: view, Health: h, Leases: store, Token: token, Log: slog.New(slog.DiscardHandler)}
+	d := &discovery.Discovery{Fleet: view, Health: h, Leases: store, Token: token, Log: slog.New(slog.DiscardHandler)}
 	handler := d.Handler()
 	srv := httptest.NewServer(handler)
 	t.Cleanup(srv.Close)
-	return &discovery{srv: srv, handler: handler}
+	return &discoveryServer{srv: srv, handler: handler}
 }
 
 // checker validates exchanges against the document and remembers which (operation, status)
@@ -133,7 +133,7 @@ type answer struct {
 }
 
 // do sends ex to the real server, checks the request against the document, then the answer.
-func (c *checker) do(t *testing.T, d *discovery, ex exchange) answer {
+func (c *checker) do(t *testing.T, d *discoveryServer, ex exchange) answer {
 	t.Helper()
 	newReq := func() *http.Request {
 		var rd io.Reader

@@ -42,11 +42,11 @@ func TestRotatedBakedCredentialReplaces(t *testing.T) {
 	p := managedProxy("a")
 	creds := &providers.Credentials{Username: "u", Password: "p"}
 	first := lifecycle.Decide(lifecycle.Input{Proxy: p, ProviderKnown: true, Now: t0, Credentials: creds, CredentialsVersion: "v1"})
-	inst := running(p)
-	inst.SpecHash = first.Action.Create.SpecHash
-	if inst.SpecHash == lifecycle.SpecHash(&p.Spec, "") {
-		t.Fatal("the credential version is not part of the hash")
+	if got := first.Action.Create; got.CredentialsVersion != "v1" || got.Tags()["proxy-operator-credentials"] != "v1" {
+		t.Fatalf("create request version %q tags %v, want v1 tagged", got.CredentialsVersion, got.Tags())
 	}
+	inst := running(p)
+	inst.CredentialsVersion = "v1"
 	same := lifecycle.Decide(lifecycle.Input{Proxy: p, ProviderKnown: true, Now: t0, Instance: inst, Health: healthy,
 		Credentials: creds, CredentialsVersion: "v1"})
 	if same.Action != nil {
@@ -61,6 +61,17 @@ func TestRotatedBakedCredentialReplaces(t *testing.T) {
 		Credentials: creds, CredentialsVersion: "v2"})
 	if rotated.Action == nil || rotated.Action.Kind != lifecycle.ActionDelete {
 		t.Fatalf("rotated credential: want the machine replaced, got %+v", rotated.Action)
+	}
+	inst.CredentialsVersion = ""
+	old := lifecycle.Decide(lifecycle.Input{Proxy: p, ProviderKnown: true, Now: t0, Instance: inst, Health: healthy,
+		Credentials: creds, CredentialsVersion: "v1"})
+	if old.Action == nil || old.Action.Kind != lifecycle.ActionDelete {
+		t.Fatalf("machine made before credentials existed: want it replaced, got %+v", old.Action)
+	}
+	mounted := lifecycle.Decide(lifecycle.Input{Proxy: p, ProviderKnown: true, Now: t0, Instance: inst, Health: healthy,
+		Credentials: creds})
+	if mounted.Action != nil {
+		t.Fatalf("a machine reading the Secret (no version) was acted on: %+v", mounted.Action)
 	}
 }
 

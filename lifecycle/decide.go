@@ -102,7 +102,7 @@ func (d *decider) syncManaged() {
 		d.out.ResyncAfter = 0
 		return
 	}
-	desired := specHash(spec, in.CloudInit, in.CredentialsVersion)
+	desired := SpecHash(spec, in.CloudInit)
 	inst := in.Instance
 	if inst == nil {
 		if d.prev.Phase == v1.PhaseFailed && d.prev.SpecHash == desired && d.prevReason() == ReasonPermanentError {
@@ -130,16 +130,15 @@ func (d *decider) syncManaged() {
 	if instHash == "" {
 		instHash = d.prev.SpecHash
 	}
-	if in.CredentialsPending {
-		// A rotated credential is not stored yet: keep the machine until it is, rather than
-		// delete it now and wait without any.
-		desired = instHash
-	}
+	// A machine that holds another credential than the stored one (rotated, or made before
+	// credentials existed) is replaced. While a rotated credential is not stored yet, the
+	// machine is kept rather than deleted with nothing to replace it.
+	staleCredentials := in.CredentialsVersion != "" && !in.CredentialsPending && inst.CredentialsVersion != in.CredentialsVersion
 	switch {
 	case instHash != desired:
 		d.st.ProviderID = inst.ID
 		d.act(Action{Kind: ActionDelete, ProviderID: inst.ID})
-	case inst.State == providers.StateStopped || inst.State == providers.StateTerminated:
+	case inst.State == providers.StateStopped || inst.State == providers.StateTerminated, staleCredentials:
 		d.st.ProviderID = inst.ID
 		d.act(Action{Kind: ActionDelete, ProviderID: inst.ID})
 	case inst.State == providers.StateProvisioning || inst.IP == "":
@@ -338,7 +337,7 @@ func (d *decider) createRequest(hash string) providers.CreateRequest {
 	}
 	if c := d.in.Credentials; c != nil {
 		cp := *c
-		req.Credentials = &cp
+		req.Credentials, req.CredentialsVersion = &cp, d.in.CredentialsVersion
 	}
 	if pl := p.Spec.Placement; pl != nil {
 		req.Region, req.Zone, req.MachineType, req.Image = pl.Region, pl.Zone, pl.MachineType, pl.Image

@@ -11,12 +11,6 @@ import (
 // SpecHash is the hash of everything that, when changed, replaces a Managed proxy's machine:
 // placement (image included), the cloud-init content (not its reference) and the port.
 func SpecHash(spec *v1.ProxySpec, cloudInit string) string {
-	return specHash(spec, cloudInit, "")
-}
-
-// specHash adds credentialsVersion, the identity (never the content) of the stored credential
-// of a provider that bakes it into the machine; empty leaves the hash as it always was.
-func specHash(spec *v1.ProxySpec, cloudInit, credentialsVersion string) string {
 	var placement v1.PlacementSpec
 	if spec.Placement != nil {
 		placement = *spec.Placement
@@ -29,8 +23,7 @@ func specHash(spec *v1.ProxySpec, cloudInit, credentialsVersion string) string {
 		Placement v1.PlacementSpec `json:"p"`
 		CloudInit string           `json:"c"`
 		Port      int32            `json:"o"`
-		Creds     string           `json:"k,omitempty"`
-	}{placement, cloudInit, port, credentialsVersion})
+	}{placement, cloudInit, port})
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])[:16]
 }

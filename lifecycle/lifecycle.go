@@ -73,8 +73,8 @@ type Input struct {
 	Credentials        *providers.Credentials
 	CredentialsPending bool
 	// CredentialsVersion identifies the stored credential when the provider bakes it into
-	// the machine (empty when the machine reads it from the Secret): part of the spec hash,
-	// so rotating the credential replaces such a machine.
+	// the machine (empty when the machine reads it from the Secret): a machine created with
+	// another one (Instance.CredentialsVersion) is replaced, so rotating replaces it.
 	CredentialsVersion string
 	// Instance is what the provider shows for this Proxy (nil: none exists);
 	// ObserveErr is a failed observation other than not-found.

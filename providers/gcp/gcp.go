@@ -472,6 +472,8 @@ func toInstance(project, zone string, inst *computepb.Instance) providers.Instan
 		State:    stateOf(inst.GetStatus()),
 		OwnerUID: inst.GetLabels()[providers.TagOwnerUID],
 		SpecHash: inst.GetLabels()[providers.TagSpecHash],
+		// Which stored credential the startup script installed (rotation replaces the VM).
+		CredentialsVersion: inst.GetLabels()[providers.TagCredentials],
 	}
 	for _, nic := range inst.GetNetworkInterfaces() {
 		for _, ac := range nic.GetAccessConfigs() {

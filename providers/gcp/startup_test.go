@@ -24,12 +24,16 @@ func TestCreateSendsCredentialInStartupScript(t *testing.T) {
 	p := api.provider(t, Config{})
 	req := createRequest()
 	req.Credentials = &providers.Credentials{Username: "proxy-abc", Password: "Z7QK2M4XN5P6R7S8T9V2W3Y4A5"}
+	req.CredentialsVersion = "0f2b7c4e-1d2a-4b5c-9e8f-7a6b5c4d3e2f"
 	if _, err := p.Create(testCtx(t), req); err != nil {
 		t.Fatalf("Create: %v", err)
 	}
 	calls := api.recorded()
 	if len(calls) != 1 {
 		t.Fatalf("calls %+v", calls)
+	}
+	if got := calls[0].Body["labels"].(map[string]any)[providers.TagCredentials]; got != req.CredentialsVersion {
+		t.Errorf("label %s = %v, want the credentials version (rotation replaces the VM)", providers.TagCredentials, got)
 	}
 	items := calls[0].Body["metadata"].(map[string]any)["items"].([]any)
 	got := map[string]string{}

@@ -219,12 +219,14 @@ func (p *Provider) Create(ctx context.Context, req providers.CreateRequest) (id 
 		return id, nil
 	}
 	r := &record{port: req.Port, inst: providers.Instance{
-		ID:        id,
-		Name:      req.Name,
-		State:     providers.StateProvisioning,
-		OwnerUID:  req.OwnerUID,
-		SpecHash:  req.SpecHash,
-		CreatedAt: p.now().UTC().Truncate(time.Second),
+		ID:       id,
+		Name:     req.Name,
+		State:    providers.StateProvisioning,
+		OwnerUID: req.OwnerUID,
+		SpecHash: req.SpecHash,
+		// The forward proxy holds the credential it was created with, like a VM.
+		CredentialsVersion: req.CredentialsVersion,
+		CreatedAt:          p.now().UTC().Truncate(time.Second),
 	}}
 	if p.serve != nil {
 		stop, err := p.serve(netip.AddrPortFrom(netip.MustParseAddr(Address(req.Name)), uint16(req.Port)).String(), req.Credentials)
