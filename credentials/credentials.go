@@ -38,9 +38,11 @@ const (
 	AnnotationProxy = "crawl.example.com/proxy"
 )
 
-// bcryptCost is the work factor of the htpasswd line. Squid caches a verified credential for
-// two hours (auth_param basic credentialsttl), so the proxy pays it rarely.
-const bcryptCost = bcrypt.DefaultCost
+// BcryptCost is the work factor of the htpasswd line: the least bcrypt allows. A work factor
+// slows the guessing of a weak password from a leaked hash; these passwords are 128 random
+// bits, which no amount of guessing reaches, so a higher cost would only slow every sync that
+// generates one (and Squid's first check of each credential).
+const BcryptCost = bcrypt.MinCost
 
 // Errors a caller can match.
 var (
@@ -107,7 +109,7 @@ func ForManaged(parent providers.Parent, observed map[string]map[string]json.Raw
 		discarded = err.Error()
 	}
 	c := providers.Credentials{Username: Username(parent.UID), Password: rand.Text()}
-	hash, err := bcrypt.GenerateFromPassword([]byte(c.Password), bcryptCost)
+	hash, err := bcrypt.GenerateFromPassword([]byte(c.Password), BcryptCost)
 	if err != nil {
 		return Managed{}, fmt.Errorf("credentials: hash password: %w", err)
 	}
