@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/proxy-operator/proxy-operator/providers"
@@ -15,17 +14,18 @@ import (
 
 // ServeForwardProxy listens on addr and serves a minimal HTTP forward proxy there: CONNECT
 // tunnels and absolute-URI GETs, so probes and crawlers on a laptop go through a real proxy.
-// With creds set, every request must carry them (Proxy-Authorization: Basic), as a Squid of
-// the kubernetes provider demands: without them the answer is 407. The returned stop closes
-// the listener and every open tunnel.
+// It dials out from the address it listens on, so a site sees each proxy as its own client,
+// as it would a fleet of machines. With creds set, every request must carry them
+// (Proxy-Authorization: Basic), as a Squid of the kubernetes provider demands: without them
+// the answer is 407. The returned stop closes the listener and every open tunnel.
 func ServeForwardProxy(addr string, creds *providers.Credentials) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	f := &forwarder{dial: egressDialer(ln.Addr())}
+	f := newForwarder(ln.Addr())
 	srv := &http.Server{
-		Handler:           requireAuth(creds, f),
+		Handler:           requireAuth(creds, http.HandlerFunc(f.forward)),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       30 * time.Second,
 	}
@@ -58,46 +58,28 @@ func requireAuth(creds *providers.Credentials, next http.Handler) http.Handler {
 	})
 }
 
-var dialer = &net.Dialer{Timeout: 10 * time.Second}
-
-// egressDialer dials loopback targets from the proxy's own address, as a real proxy machine
-// egresses from its own IP: a local test site then tells the proxies apart by client address
-// (one answering 429 to one proxy, say). Other targets are dialled as usual.
-func egressDialer(listen net.Addr) func(ctx context.Context, network, addr string) (net.Conn, error) {
-	tcp, ok := listen.(*net.TCPAddr)
-	if !ok || !tcp.IP.IsLoopback() {
-		return dialer.DialContext
-	}
-	bound := &net.Dialer{Timeout: dialer.Timeout, LocalAddr: &net.TCPAddr{IP: tcp.IP}}
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		host, _, err := net.SplitHostPort(addr)
-		if ip := net.ParseIP(host); err == nil && ip != nil && ip.IsLoopback() && ip.To4() != nil {
-			return bound.DialContext(ctx, network, addr)
-		}
-		return dialer.DialContext(ctx, network, addr)
-	}
-}
-
-// forwarder is one forward proxy.
+// forwarder relays requests from one proxy address.
 type forwarder struct {
-	dial func(ctx context.Context, network, addr string) (net.Conn, error)
-	once sync.Once
-	tr   *http.Transport
+	dialer    *net.Dialer
+	transport *http.Transport
 }
 
-func (f *forwarder) transport() *http.Transport {
-	f.once.Do(func() {
-		f.tr = &http.Transport{
-			Proxy:                 nil,
-			DialContext:           f.dial,
-			ResponseHeaderTimeout: 30 * time.Second,
-			DisableKeepAlives:     true,
-		}
-	})
-	return f.tr
+// newForwarder dials from the listening IP (port chosen by the kernel); a wildcard listener
+// dials from wherever the route says.
+func newForwarder(listen net.Addr) *forwarder {
+	d := &net.Dialer{Timeout: 10 * time.Second}
+	if a, ok := listen.(*net.TCPAddr); ok && !a.IP.IsUnspecified() {
+		d.LocalAddr = &net.TCPAddr{IP: a.IP}
+	}
+	return &forwarder{dialer: d, transport: &http.Transport{
+		Proxy:                 nil,
+		DialContext:           d.DialContext,
+		ResponseHeaderTimeout: 30 * time.Second,
+		DisableKeepAlives:     true,
+	}}
 }
 
-func (f *forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (f *forwarder) forward(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodConnect {
 		f.tunnel(w, r)
 		return
@@ -110,7 +92,7 @@ func (f *forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	out.RequestURI = ""
 	out.Header.Del("Proxy-Connection")
 	out.Header.Del("Proxy-Authorization")
-	resp, err := f.transport().RoundTrip(out)
+	resp, err := f.transport.RoundTrip(out)
 	if err != nil {
 		http.Error(w, "mock proxy: "+err.Error(), http.StatusBadGateway)
 		return
@@ -126,7 +108,7 @@ func (f *forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (f *forwarder) tunnel(w http.ResponseWriter, r *http.Request) {
-	upstream, err := f.dial(r.Context(), "tcp", r.Host)
+	upstream, err := f.dialer.DialContext(r.Context(), "tcp", r.Host)
 	if err != nil {
 		http.Error(w, "mock proxy: "+err.Error(), http.StatusBadGateway)
 		return
