@@ -26,20 +26,21 @@ class SiteSpider(scrapy.Spider):
 
 def main():
     api, token, start, out = sys.argv[1:5]
+    ttl, margin, concurrency = (int(a) for a in (sys.argv[5:8] or ["30", "10", "4"]))
     items = []
     settings = {
         "DOWNLOADER_MIDDLEWARES": {"proxy_operator.scrapy.ProxyOperatorMiddleware": 745},
         "PROXY_OPERATOR_URL": api,
         "PROXY_OPERATOR_TOKEN": token,
         "PROXY_OPERATOR_SELECTOR": {"pool": "scrapy"},
-        "PROXY_OPERATOR_TTL": 30,
-        "PROXY_OPERATOR_RENEW_MARGIN": 10,
+        "PROXY_OPERATOR_TTL": ttl,
+        "PROXY_OPERATOR_RENEW_MARGIN": margin,
         # Only the middleware retries: a page fetched after a 429 proves it went elsewhere.
         "RETRY_ENABLED": False,
         "ROBOTSTXT_OBEY": False,
         "TELNETCONSOLE_ENABLED": False,
         "LOG_LEVEL": "INFO",
-        "CONCURRENT_REQUESTS": 4,
+        "CONCURRENT_REQUESTS": concurrency,
         "REQUEST_FINGERPRINTER_IMPLEMENTATION": "2.7",
         "HTTPERROR_ALLOW_ALL": True,
     }

@@ -5,14 +5,17 @@ address, so the site tells them apart by client IP."""
 from __future__ import annotations
 
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 PAGES = 12
 
 
 class Site:
-    def __init__(self, retry_after: int = 120):
+    def __init__(self, retry_after: int = 120, refuse_first: bool = True, delay: float = 0.0):
         self.retry_after = retry_after
+        self.refuse_first = refuse_first
+        self.delay = delay
         self.lock = threading.Lock()
         self.banned_ip = None
         self.served = {}  # path -> client ip that got the 200
@@ -25,8 +28,10 @@ class Site:
 
             def do_GET(self):
                 ip = self.client_address[0]
+                if site.delay:
+                    time.sleep(site.delay)
                 with site.lock:
-                    if site.banned_ip is None:
+                    if site.banned_ip is None and site.refuse_first:
                         site.banned_ip = ip
                     banned = ip == site.banned_ip
                     if banned:

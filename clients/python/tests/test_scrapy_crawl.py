@@ -60,3 +60,21 @@ def test_crawl_rotates_away_from_a_rate_limited_proxy(operator, tmp_path):
         # Every lease the crawl held was released when the spider closed.
         assert all(p["activeLeases"] == 0 for p in api.list_proxies(pool="scrapy")["proxies"])
     assert stats.get("proxy_operator/released", 0) >= stats.get("proxy_operator/leases", 0), stats
+
+
+def test_lease_is_renewed_before_it_expires(operator, tmp_path):
+    """A crawl longer than the lease's TTL: the site answers each page after 0.5 s, one at a
+    time, 13 pages, against a 4 s lease renewed when 2 s are left. Without renewal the lease
+    would be gone mid-crawl."""
+    with Site(refuse_first=False, delay=0.5) as site:
+        out = tmp_path / "crawl.json"
+        res = subprocess.run([sys.executable, str(Path(__file__).with_name("crawl.py")), operator.api_url,
+                              operator.token, site.url + "/", str(out), "4", "2", "1"],
+                             capture_output=True, text=True, timeout=300)
+        assert res.returncode == 0, f"crawl failed:\n{res.stdout}\n{res.stderr[-6000:]}"
+        result = json.loads(out.read_text())
+    stats = result["stats"]
+    fetched = sorted({i["url"].split(site.url, 1)[1] for i in result["items"] if i["status"] == 200})
+    assert fetched == sorted(site.all_paths())
+    assert stats.get("proxy_operator/renewals", 0) >= 1, stats
+    assert stats.get("proxy_operator/released", 0) >= stats.get("proxy_operator/leases", 0), stats
