@@ -1,6 +1,7 @@
 package hooks
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/credentials"
+	"github.com/proxy-operator/proxy-operator/events"
 	"github.com/proxy-operator/proxy-operator/fleet"
 	"github.com/proxy-operator/proxy-operator/lifecycle"
 	"github.com/proxy-operator/proxy-operator/metacontroller"
@@ -122,6 +124,11 @@ func (h *Hooks) sync(ctx context.Context, hook string, body []byte, ex *Exchange
 		h.setRetry(p, finalizing, d)
 	}
 	h.record(log, p, d, h.proxyCredentials(log, p, cred, req.Related))
+	if h.Events != nil {
+		if evs := events.For(in, d); len(evs) > 0 {
+			h.Events.Record(p, evs)
+		}
+	}
 	kids := providers.DesiredChildren(children, observed, finalizing)
 	if cred != nil {
 		kids = append(kids, cred.Child)
@@ -249,7 +256,7 @@ func (h *Hooks) record(log *slog.Logger, p *v1.Proxy, d lifecycle.Decision, cred
 		Mode:        p.Spec.Mode,
 		Provider:    p.Spec.Provider,
 		ProviderID:  d.Status.ProviderID,
-		IP:          d.Status.IP,
+		IP:          cmp.Or(d.Status.IP, d.ProbeIP),
 		Port:        p.Spec.ListenPort(),
 		Attributes:  p.Spec.Attributes,
 		MaxLeases:   *p.Spec.MaxLeases,
