@@ -53,10 +53,10 @@ var (
 // SecretName is the name of a Managed Proxy's credentials Secret: a function of the Proxy's
 // UID (as its instance name is), so every sync finds the same one and a recreated Proxy gets a
 // new one.
-func SecretName(uid string) string { return providers.InstanceName(uid) + "-credentials" }
+func SecretName(uid string) string { return providers.InstanceName(uid, "") + "-credentials" }
 
 // Username is the generated username of a Managed Proxy. It is not secret; the password is.
-func Username(uid string) string { return providers.InstanceName(uid) }
+func Username(uid string) string { return providers.InstanceName(uid, "") }
 
 // Managed is the credential of one Managed Proxy as a sync sees it.
 type Managed struct {
@@ -172,7 +172,7 @@ func readManaged(raw json.RawMessage, parent providers.Parent) (Managed, error) 
 	if version == "" {
 		// A request from a fixture or an older Metacontroller without the UID: the content
 		// identifies the Secret as well (the htpasswd line carries a random salt).
-		version = "h" + providers.InstanceName(string(s.Data[KeyHtpasswd]))[len("proxy-"):]
+		version = "h" + providers.InstanceName(string(s.Data[KeyHtpasswd]), "")[len("proxy-"):]
 	}
 	return Managed{Credentials: c, Stored: true, Version: version, Child: child}, nil
 }
