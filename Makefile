@@ -6,9 +6,10 @@ GO            ?= go
 CONTROLLER_GEN = $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.21.0
 BIN           ?= bin/proxy-operator
 IMG           ?= proxy-operator:dev
+PYTHON        ?= /usr/bin/python3
 RUN_ARGS      ?= -hook-addr 127.0.0.1:8080 -discovery-addr 127.0.0.1:8090 -log-format text -fleet-warmup 5s -gc-min-age 1m
 
-.PHONY: help build run demo test generate verify vet fmt bench bench-probes bench-discovery bench-crawl docker-build fuzz load scale
+.PHONY: help build run demo test test-go test-python generate verify vet fmt bench bench-probes bench-discovery bench-crawl docker-build fuzz load scale
 
 ## help: list the targets and what each does
 help:
@@ -30,9 +31,18 @@ run: build
 demo:
 	bash scripts/quickstart.sh
 
-## test: every test, with -race (what CI runs after make verify)
-test:
+## test: every test: the Go tests with -race (test-go), then the Python client's (test-python); what CI runs after make verify
+test: test-go test-python
+
+## test-go: go test -race ./...
+test-go:
 	$(GO) test -race -count=1 ./...
+
+## test-python: the Python client and its Scrapy middleware against the real binary (pytest)
+# With Debian's python3-scrapy,
+# python3-pytest and python3-requests; the tests build and run the real operator binary.
+test-python:
+	cd clients/python && PYTHONDONTWRITEBYTECODE=1 GO="$(GO)" $(PYTHON) -m pytest -q -p no:cacheprovider
 
 # The install kustomization gets its own copy of the CRD: kustomize refuses files outside its root.
 ## generate: crds/ and metacontroller/crd.yaml from api/v1alpha1 (controller-gen)

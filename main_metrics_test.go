@@ -60,17 +60,31 @@ func TestMetricsMoveWithAScenario(t *testing.T) {
 			"attributes": map[string]any{"geo": "dead"}, "healthCheck": map[string]any{"probeURL": probe, "intervalSeconds": 1, "timeoutSeconds": 1, "failureThreshold": 1}}),
 	}
 	phases := map[string]string{}
-	// Play Metacontroller: sync both parents, feeding status back, until a is Ready and b Unhealthy.
+	children := map[string]map[string]any{}
+	// Play Metacontroller: sync both parents, feeding status and children (the credentials
+	// Secret) back, until a is Ready and b Unhealthy.
 	deadline := time.Now().Add(30 * time.Second)
 	for phases["a"] != "Ready" || phases["b"] != "Unhealthy" {
 		if time.Now().After(deadline) {
 			t.Fatalf("fleet did not converge: %v", phases)
 		}
 		for name, p := range parents {
-			code, resp := call(http.MethodPost, "http://"+addr.Hook+"/sync", map[string]any{"parent": p})
+			code, resp := call(http.MethodPost, "http://"+addr.Hook+"/sync", map[string]any{"parent": p, "children": children[name]})
 			if code != http.StatusOK {
 				t.Fatalf("sync %s: %d %v", name, code, resp)
 			}
+			observed := map[string]any{}
+			for _, c := range resp["children"].([]any) {
+				obj := c.(map[string]any)
+				meta := obj["metadata"].(map[string]any)
+				meta["uid"] = "child-" + meta["name"].(string)
+				typ := obj["kind"].(string) + "." + obj["apiVersion"].(string)
+				if observed[typ] == nil {
+					observed[typ] = map[string]any{}
+				}
+				observed[typ].(map[string]any)[meta["namespace"].(string)+"/"+meta["name"].(string)] = obj
+			}
+			children[name] = observed
 			st := resp["status"].(map[string]any)
 			p["status"] = st
 			phases[name], _ = st["phase"].(string)

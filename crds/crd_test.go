@@ -364,6 +364,12 @@ func testRejections(t *testing.T, s *server) {
 		{"endpoint port above range", external("x"), func(s map[string]any) {
 			s["endpoint"] = map[string]any{"host": "198.51.100.7", "port": 70000}
 		}, []string{"spec.endpoint.port: Invalid value: 70000", "less than or equal to 65535"}},
+		{"managed with credentialsSecretRef", managed("x"), func(s map[string]any) {
+			s["credentialsSecretRef"] = map[string]any{"name": "creds"}
+		}, []string{"spec: Invalid value", "credentialsSecretRef is only for External proxies"}},
+		{"credentialsSecretRef not a Secret name", external("x"), func(s map[string]any) {
+			s["credentialsSecretRef"] = map[string]any{"name": "Not_A_Name"}
+		}, []string{"spec.credentialsSecretRef.name: Invalid value"}},
 		{"unknown mode", managed("x"), func(s map[string]any) { s["mode"] = "Hybrid" }, []string{`spec.mode: Unsupported value: "Hybrid"`, `"Managed"`, `"External"`}},
 		{"mode missing", managed("x"), func(s map[string]any) { delete(s, "mode") }, []string{"spec.mode: Required value"}},
 		{"negative maxLeases", managed("x"), func(s map[string]any) { s["maxLeases"] = -1 }, []string{"spec.maxLeases: Invalid value: -1", "greater than or equal to 0"}},

@@ -12,7 +12,13 @@ import (
 
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/lifecycle"
+	"github.com/proxy-operator/proxy-operator/providers"
 )
+
+// Credentials are the username and password a proxy demands; printing them in any way
+// (fmt, slog, encoding/json) hides the password. They leave the process only in a lease
+// answer: never in status, a log, a capture or the list answer.
+type Credentials = providers.Credentials
 
 // Proxy is what the process knows about one Proxy after its latest sync.
 type Proxy struct {
@@ -32,6 +38,9 @@ type Proxy struct {
 	Recorded lifecycle.Health
 	// Deleting is set once the Proxy is being finalized; it is no longer offered to crawlers.
 	Deleting bool
+	// Credentials are what the proxy demands (nil: an External proxy without any). Probes
+	// and lease answers use them.
+	Credentials *Credentials
 }
 
 // Equal reports whether two records are the same.
@@ -52,8 +61,15 @@ func (p Proxy) Equal(o Proxy) bool {
 		return scalars{x.Key, x.UID, x.Provider, x.ProviderID, x.IP, x.Generation, x.Mode, x.Port, x.MaxLeases,
 			x.Phase, x.Recorded, x.Deleting, h.ProbeURL, h.IntervalSeconds, h.TimeoutSeconds, h.FailureThreshold, h.SuccessThreshold}
 	}
-	return s(p) == s(o) && maps.Equal(p.Attributes, o.Attributes) &&
+	return s(p) == s(o) && equalCredentials(p.Credentials, o.Credentials) && maps.Equal(p.Attributes, o.Attributes) &&
 		slices.Equal(p.HealthCheck.ExpectedStatusCodes, o.HealthCheck.ExpectedStatusCodes)
+}
+
+func equalCredentials(a, b *Credentials) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
 }
 
 // View is the concurrency-safe record of the fleet.
@@ -82,6 +98,10 @@ func (v *View) Upsert(p Proxy) bool {
 		return false
 	}
 	p.Attributes = maps.Clone(p.Attributes)
+	if p.Credentials != nil {
+		c := *p.Credentials
+		p.Credentials = &c
+	}
 	p.HealthCheck.ExpectedStatusCodes = slices.Clone(p.HealthCheck.ExpectedStatusCodes)
 	v.byKey[p.Key] = p
 	v.bump()

@@ -37,6 +37,10 @@ func TestUpsertReportsChangesOnly(t *testing.T) {
 			p.Attributes = map[string]string{"country": "fr"}
 			p.HealthCheck.ExpectedStatusCodes = []int32{200}
 		}, false},
+		{"credentials added", func(p *fleet.Proxy) { p.Credentials = &fleet.Credentials{Username: "u", Password: "a"} }, true},
+		{"credentials equal copy", func(p *fleet.Proxy) { p.Credentials = &fleet.Credentials{Username: "u", Password: "a"} }, false},
+		{"credentials rotated", func(p *fleet.Proxy) { p.Credentials = &fleet.Credentials{Username: "u", Password: "b"} }, true},
+		{"credentials removed", func(p *fleet.Proxy) { p.Credentials = nil }, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

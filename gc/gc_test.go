@@ -68,19 +68,48 @@ func (p *process) sync(name, uid string) {
 	if st, ok := p.status[uid]; ok {
 		parent["status"] = st
 	}
-	body, _ := json.Marshal(map[string]any{"parent": parent})
+	// The children (the credentials Secret) are kept beside the status, under "children/<uid>",
+	// as the API server keeps them across operator restarts.
+	children := p.status["children/"+uid]
+	if children == nil {
+		children = json.RawMessage(`{}`)
+	}
+	body, _ := json.Marshal(map[string]any{"parent": parent, "children": children})
 	rec := httptest.NewRecorder()
 	p.hooks.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/sync", bytes.NewReader(body)))
 	if rec.Code != http.StatusOK {
 		p.t.Fatalf("sync %s: %d %s", name, rec.Code, rec.Body)
 	}
 	var ans struct {
-		Status json.RawMessage `json:"status"`
+		Status   json.RawMessage  `json:"status"`
+		Children []map[string]any `json:"children"`
 	}
 	if err := json.Unmarshal(rec.Body.Bytes(), &ans); err != nil {
 		p.t.Fatal(err)
 	}
 	p.status[uid] = ans.Status
+	var prev map[string]map[string]json.RawMessage
+	_ = json.Unmarshal(p.status["children/"+uid], &prev)
+	observed := map[string]map[string]json.RawMessage{}
+	for _, c := range ans.Children {
+		m := c["metadata"].(map[string]any)
+		typ, key := c["kind"].(string)+"."+c["apiVersion"].(string), "crawl/"+m["name"].(string)
+		if observed[typ] == nil {
+			observed[typ] = map[string]json.RawMessage{}
+		}
+		if old, ok := prev[typ][key]; ok {
+			observed[typ][key] = old // stored children are never updated (OnDelete)
+			continue
+		}
+		m["uid"] = "child-" + uid
+		observed[typ][key], _ = json.Marshal(c)
+	}
+	p.status["children/"+uid], _ = json.Marshal(observed)
+	if len(prev) == 0 && len(observed) > 0 {
+		// Creating a child makes Metacontroller sync the parent again: the instance is created
+		// once its credentials Secret is stored.
+		p.sync(name, uid)
+	}
 }
 
 func owners(insts []providers.Instance) []string {

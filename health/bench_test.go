@@ -84,7 +84,7 @@ func serveStub(in io.Reader, out io.Writer) error {
 		}
 		addr := free.Addr().String()
 		free.Close()
-		stop, err := mock.ServeForwardProxy(addr)
+		stop, err := mock.ServeForwardProxy(addr, nil)
 		if err != nil {
 			return err
 		}

@@ -17,6 +17,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/proxy-operator/proxy-operator/providers"
 )
 
 // Error kinds a failed probe reports: short stable words that end up in the Healthy
@@ -27,6 +29,7 @@ const (
 	KindReset         = "reset"           // a connection was reset or closed mid-exchange
 	KindUnreachable   = "unreachable"     // no route to the proxy
 	KindConnectDenied = "connect_denied"  // the proxy refused to open the tunnel (4xx to CONNECT)
+	KindProxyAuth     = "proxy_auth"      // the proxy answered 407: the credential is missing or wrong
 	KindUpstream      = "upstream_failed" // the proxy could not reach the target (5xx to CONNECT)
 	KindTLS           = "tls"             // the TLS handshake through the tunnel failed
 	KindBadURL        = "bad_url"         // the probe URL or proxy address cannot be used
@@ -51,6 +54,9 @@ type Target struct {
 	Timeout time.Duration
 	// Expected are the status codes that count as success.
 	Expected []int32
+	// Credentials, when set, authenticate the probe to the proxy (HTTP Basic, on the CONNECT
+	// or on the forwarded request).
+	Credentials *providers.Credentials
 }
 
 // Result is the outcome of one probe.
@@ -130,7 +136,7 @@ func (p *HTTPProber) Probe(ctx context.Context, t Target) Result {
 	if _, _, err := net.SplitHostPort(t.Proxy); err != nil {
 		return Result{Kind: KindBadURL, Err: fmt.Errorf("%w: %q: %w", errNoProxy, t.Proxy, err)}
 	}
-	proxyURL := &url.URL{Scheme: "http", Host: t.Proxy}
+	proxyURL := t.Credentials.ProxyURL(t.Proxy)
 	ctx = context.WithValue(ctx, proxyKey{}, proxyURL)
 	if t.Timeout > 0 {
 		var cancel context.CancelFunc
@@ -152,6 +158,11 @@ func (p *HTTPProber) Probe(ctx context.Context, t Target) Result {
 	if slices.Contains(t.Expected, int32(res.StatusCode)) {
 		return Result{OK: true, Latency: lat, Status: res.StatusCode}
 	}
+	if res.StatusCode == http.StatusProxyAuthRequired {
+		// Only the proxy answers 407 (a target cannot ask for proxy credentials).
+		return Result{Latency: lat, Status: res.StatusCode, Kind: KindProxyAuth,
+			Err: errors.New("proxy refused the credential: " + res.Status)}
+	}
 	return Result{Latency: lat, Status: res.StatusCode, Kind: "status_" + strconv.Itoa(res.StatusCode),
 		Err: errors.New("unexpected status " + res.Status)}
 }
@@ -167,6 +178,8 @@ func classify(ctx context.Context, err error) string {
 	var alert tls.AlertError
 	var ce *connectError
 	switch {
+	case errors.As(err, &ce) && ce.status == http.StatusProxyAuthRequired:
+		return KindProxyAuth
 	case errors.As(err, &ce) && ce.status >= 500:
 		return KindUpstream
 	case errors.As(err, &ce):

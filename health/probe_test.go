@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/proxy-operator/proxy-operator/providers"
 	"github.com/proxy-operator/proxy-operator/providers/mock"
 )
 
@@ -79,11 +80,45 @@ func TestHTTPProberNeverReusesConnections(t *testing.T) {
 	}
 }
 
+// TestHTTPProberAuthenticates: a proxy demanding a credential is probed with it, through a
+// CONNECT tunnel and on a forwarded request; without it (or with a wrong one) the probe fails
+// as proxy_auth, not as some other failure.
+func TestHTTPProberAuthenticates(t *testing.T) {
+	tlsTarget := newTLSTarget(t)
+	plain := newPlainTarget(t)
+	addr := closedAddr(t)
+	creds := &providers.Credentials{Username: "crawler", Password: "s3cret-pass"}
+	stop, err := mock.ServeForwardProxy(addr, creds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	prober := NewHTTPProber(trusting(tlsTarget))
+	defer prober.Close()
+	for _, url := range []string{tlsTarget.url(), plain} {
+		for _, tc := range []struct {
+			name  string
+			creds *providers.Credentials
+			kind  string
+		}{
+			{"none", nil, KindProxyAuth},
+			{"wrong", &providers.Credentials{Username: "crawler", Password: "nope"}, KindProxyAuth},
+			{"right", creds, ""},
+		} {
+			r := prober.Probe(context.Background(), Target{Proxy: addr, URL: url, Timeout: 5 * time.Second,
+				Expected: []int32{204}, Credentials: tc.creds})
+			if r.Kind != tc.kind || r.OK != (tc.kind == "") {
+				t.Errorf("%s via %s: kind %q ok %v (%v), want kind %q", tc.name, url, r.Kind, r.OK, r.Err, tc.kind)
+			}
+		}
+	}
+}
+
 func TestHTTPProberThroughMockForwardProxy(t *testing.T) {
 	target := newTLSTarget(t)
 	// ServeForwardProxy does not report its address, so it listens on a port just seen free.
 	addr := closedAddr(t)
-	stop, err := mock.ServeForwardProxy(addr)
+	stop, err := mock.ServeForwardProxy(addr, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -234,10 +234,11 @@ func (l *loop) sync(ps []fleet.Proxy) {
 		keep[p.Key] = struct{}{}
 		hc := p.HealthCheck
 		t := Target{
-			Proxy:    net.JoinHostPort(p.IP, strconv.Itoa(int(p.Port))),
-			URL:      hc.ProbeURL,
-			Timeout:  time.Duration(hc.TimeoutSeconds) * s.unit,
-			Expected: hc.ExpectedStatusCodes,
+			Proxy:       net.JoinHostPort(p.IP, strconv.Itoa(int(p.Port))),
+			URL:         hc.ProbeURL,
+			Timeout:     time.Duration(hc.TimeoutSeconds) * s.unit,
+			Expected:    hc.ExpectedStatusCodes,
+			Credentials: p.Credentials,
 		}
 		interval := time.Duration(max(hc.IntervalSeconds, 1)) * s.unit
 		e, ok := l.entries[p.Key]

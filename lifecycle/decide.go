@@ -114,6 +114,18 @@ func (d *decider) syncManaged() {
 			d.healthCondition(false)
 			return
 		}
+		if in.CredentialsPending {
+			d.st.ProviderID, d.st.IP = "", ""
+			if d.st.Phase == "" || d.st.Phase == v1.PhasePending {
+				d.st.Phase = v1.PhasePending
+			} else {
+				d.st.Phase = v1.PhaseProvisioning
+			}
+			d.provisioned(metav1.ConditionFalse, ReasonAwaitingCredentials, "waiting for the credentials Secret to be stored before creating the instance")
+			d.healthCondition(false)
+			d.out.ResyncAfter = ProvisionPoll
+			return
+		}
 		d.act(Action{Kind: ActionCreate, Create: d.createRequest(desired)})
 		return
 	}
@@ -121,11 +133,15 @@ func (d *decider) syncManaged() {
 	if instHash == "" {
 		instHash = d.prev.SpecHash
 	}
+	// A machine that holds another credential than the stored one (rotated, or made before
+	// credentials existed) is replaced. While a rotated credential is not stored yet, the
+	// machine is kept rather than deleted with nothing to replace it.
+	staleCredentials := in.CredentialsVersion != "" && !in.CredentialsPending && inst.CredentialsVersion != in.CredentialsVersion
 	switch {
 	case instHash != desired:
 		d.st.ProviderID = inst.ID
 		d.act(Action{Kind: ActionDelete, ProviderID: inst.ID})
-	case inst.State == providers.StateStopped || inst.State == providers.StateTerminated:
+	case inst.State == providers.StateStopped || inst.State == providers.StateTerminated, staleCredentials:
 		d.st.ProviderID = inst.ID
 		d.act(Action{Kind: ActionDelete, ProviderID: inst.ID})
 	case inst.State == providers.StateProvisioning || inst.IP == "":
@@ -331,7 +347,12 @@ func (d *decider) finalizeManaged() {
 }
 
 func (d *decider) createRequest(hash string) providers.CreateRequest {
-	return newCreateRequest(d.in.Proxy, hash, d.in.CloudInit)
+	req := newCreateRequest(d.in.Proxy, hash, d.in.CloudInit)
+	if c := d.in.Credentials; c != nil {
+		cp := *c
+		req.Credentials, req.CredentialsVersion = &cp, d.in.CredentialsVersion
+	}
+	return req
 }
 
 // CreateRequest is the request Decide makes to create p's machine with that cloud-init (spec

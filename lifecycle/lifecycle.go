@@ -66,6 +66,16 @@ type Input struct {
 	// CloudInit is the resolved user-data; CloudInitErr says why it could not be resolved.
 	CloudInit    string
 	CloudInitErr error
+	// Credentials is the Proxy's stored credential, given to a machine that is created.
+	// CredentialsPending says the credential is not stored yet (its Secret is in this answer
+	// for Metacontroller to create): no machine is created until it is, so a machine never
+	// holds a credential that a crash before the Secret's creation would lose.
+	Credentials        *providers.Credentials
+	CredentialsPending bool
+	// CredentialsVersion identifies the stored credential when the provider bakes it into
+	// the machine (empty when the machine reads it from the Secret): a machine created with
+	// another one (Instance.CredentialsVersion) is replaced, so rotating replaces it.
+	CredentialsVersion string
 	// Instance is what the provider shows for this Proxy (nil: none exists);
 	// ObserveErr is a failed observation other than not-found.
 	Instance   *providers.Instance
@@ -115,22 +125,23 @@ const (
 
 // Condition reasons.
 const (
-	ReasonCreating         = "Creating"
-	ReasonRunning          = "Running"
-	ReasonReplacing        = "Replacing"
-	ReasonInstanceLost     = "InstanceLost"
-	ReasonDeleting         = "Deleting"
-	ReasonExternal         = "External"
-	ReasonInvalidSpec      = "InvalidSpec"
-	ReasonUnknownProvider  = "UnknownProvider"
-	ReasonCloudInitError   = "CloudInitError"
-	ReasonQuotaExceeded    = "QuotaExceeded"
-	ReasonTransientError   = "TransientError"
-	ReasonPermanentError   = "PermanentError"
-	ReasonAwaitingInstance = "AwaitingInstance"
-	ReasonAwaitingProbe    = "AwaitingProbe"
-	ReasonProbeSucceeded   = "ProbeSucceeded"
-	ReasonProbeFailed      = "ProbeFailed"
+	ReasonCreating            = "Creating"
+	ReasonRunning             = "Running"
+	ReasonReplacing           = "Replacing"
+	ReasonInstanceLost        = "InstanceLost"
+	ReasonDeleting            = "Deleting"
+	ReasonExternal            = "External"
+	ReasonInvalidSpec         = "InvalidSpec"
+	ReasonUnknownProvider     = "UnknownProvider"
+	ReasonCloudInitError      = "CloudInitError"
+	ReasonQuotaExceeded       = "QuotaExceeded"
+	ReasonTransientError      = "TransientError"
+	ReasonPermanentError      = "PermanentError"
+	ReasonAwaitingInstance    = "AwaitingInstance"
+	ReasonAwaitingCredentials = "AwaitingCredentials"
+	ReasonAwaitingProbe       = "AwaitingProbe"
+	ReasonProbeSucceeded      = "ProbeSucceeded"
+	ReasonProbeFailed         = "ProbeFailed"
 )
 
 // Backoff is the resync delay after n consecutive transient failures: 5s doubling, capped at 5m.

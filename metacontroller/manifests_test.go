@@ -606,3 +606,21 @@ func TestWiringAgrees(t *testing.T) {
 		}
 	})
 }
+
+// TestChildResources: Metacontroller manages exactly the children the hooks return, Pods of
+// the kubernetes provider and the credentials Secret of every Managed Proxy, and never
+// updates one in place (a Secret that changed under a running machine would desynchronise
+// it; a Pod is replaced by name).
+func TestChildResources(t *testing.T) {
+	r := render(t)
+	var cc compositeController
+	r.get(t, "CompositeController//proxy-operator", &cc)
+	got := map[string]any{}
+	for _, c := range cc.Spec.ChildResources {
+		got[c.APIVersion+" "+c.Resource] = c.UpdateStrategy["method"]
+	}
+	want := map[string]any{"v1 pods": "OnDelete", "v1 secrets": "OnDelete"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("childResources (-want +got):\n%s", diff)
+	}
+}

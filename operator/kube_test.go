@@ -69,6 +69,9 @@ func TestOperatorWithAPIServer(t *testing.T) {
 
 	dyn, core := kubetest.Dynamic(t, rc), kubetest.Core(t, rc)
 	px := dyn.Resource(kube.ProxyResource).Namespace("crawl")
+	// children are the Proxy's children as Metacontroller keeps them (its credentials Secret):
+	// created from the first answer that returns one, never updated.
+	children := map[string]any{}
 	// syncOnce plays one Metacontroller sync: the live parent to the hook, its status back.
 	syncOnce := func() *unstructured.Unstructured {
 		t.Helper()
@@ -77,7 +80,7 @@ func TestOperatorWithAPIServer(t *testing.T) {
 			t.Fatal(err)
 		}
 		body, _ := json.Marshal(map[string]any{"controller": map[string]any{"metadata": map[string]any{"name": "proxy-operator"}},
-			"parent": obj.Object, "children": map[string]any{}, "related": map[string]any{}, "finalizing": false})
+			"parent": obj.Object, "children": children, "related": map[string]any{}, "finalizing": false})
 		res, err := http.Post("http://"+op.HookAddr()+"/sync", "application/json", bytes.NewReader(body))
 		if err != nil {
 			t.Fatal(err)
@@ -88,10 +91,25 @@ func TestOperatorWithAPIServer(t *testing.T) {
 			t.Fatalf("sync: %d %s", res.StatusCode, b)
 		}
 		var ans struct {
-			Status map[string]any `json:"status"`
+			Status   map[string]any   `json:"status"`
+			Children []map[string]any `json:"children"`
 		}
 		if err := json.Unmarshal(b, &ans); err != nil {
 			t.Fatal(err)
+		}
+		for _, c := range ans.Children {
+			m := c["metadata"].(map[string]any)
+			typ := c["kind"].(string) + "." + c["apiVersion"].(string)
+			objs, _ := children[typ].(map[string]any)
+			if objs == nil {
+				objs = map[string]any{}
+				children[typ] = objs
+			}
+			key := "crawl/" + m["name"].(string)
+			if _, ok := objs[key]; !ok {
+				m["uid"] = "child-" + m["name"].(string)
+				objs[key] = c
+			}
 		}
 		obj.Object["status"] = ans.Status
 		updated, err := px.UpdateStatus(context.Background(), obj, metav1.UpdateOptions{})

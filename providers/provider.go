@@ -21,6 +21,9 @@ const (
 	// TagSpecHash records the spec hash an instance was created from, so a sync that lost its
 	// status write can still tell an old instance from its replacement.
 	TagSpecHash = "proxy-operator-spec-hash"
+	// TagCredentials records which stored credential (its version, never its content) a
+	// machine that holds its credential was created with, so a rotated one replaces it.
+	TagCredentials = "proxy-operator-credentials"
 )
 
 // State is an instance's lifecycle state as a provider reports it.
@@ -35,13 +38,15 @@ const (
 
 // Instance is one machine as a provider sees it.
 type Instance struct {
-	ID        string    `json:"id"`
-	Name      string    `json:"name"`
-	IP        string    `json:"ip,omitempty"`
-	State     State     `json:"state"`
-	OwnerUID  string    `json:"ownerUID,omitempty"`
-	SpecHash  string    `json:"specHash,omitempty"`
-	CreatedAt time.Time `json:"createdAt"`
+	ID       string `json:"id"`
+	Name     string `json:"name"`
+	IP       string `json:"ip,omitempty"`
+	State    State  `json:"state"`
+	OwnerUID string `json:"ownerUID,omitempty"`
+	SpecHash string `json:"specHash,omitempty"`
+	// CredentialsVersion is the TagCredentials of a machine that holds its credential.
+	CredentialsVersion string    `json:"credentialsVersion,omitempty"`
+	CreatedAt          time.Time `json:"createdAt"`
 }
 
 // CreateRequest is everything a provider needs to create one proxy machine.
@@ -60,11 +65,22 @@ type CreateRequest struct {
 	Image       string
 	Port        int32
 	CloudInit   string
+	// Credentials are what the proxy must demand of every client (HTTP Basic proxy auth).
+	// Never nil for a Managed proxy once credentials exist; a provider must not log them.
+	Credentials *Credentials
+	// CredentialsVersion identifies Credentials (it changes when they are rotated); a
+	// provider that bakes them into the machine tags it with TagCredentials.
+	CredentialsVersion string
 }
 
-// Tags are the labels every created instance must carry.
+// Tags are the labels every created instance must carry (TagCredentials when there is a
+// credentials version).
 func (r CreateRequest) Tags() map[string]string {
-	return map[string]string{TagOwnerUID: r.OwnerUID, TagManaged: "true", TagSpecHash: r.SpecHash}
+	t := map[string]string{TagOwnerUID: r.OwnerUID, TagManaged: "true", TagSpecHash: r.SpecHash}
+	if r.CredentialsVersion != "" {
+		t[TagCredentials] = r.CredentialsVersion
+	}
+	return t
 }
 
 // Provider is the whole contract a cloud must implement. Every method takes a context with a

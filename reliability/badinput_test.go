@@ -13,6 +13,7 @@ import (
 
 	"google.golang.org/api/option"
 
+	"github.com/proxy-operator/proxy-operator/credentials"
 	"github.com/proxy-operator/proxy-operator/providers"
 	"github.com/proxy-operator/proxy-operator/providers/factory"
 	"github.com/proxy-operator/proxy-operator/providers/gcp"
@@ -42,14 +43,27 @@ type badInput struct {
 }
 
 // proxyBody is a sync request for a Proxy crawl/<name> with the given spec JSON; related, when
-// not empty, is the request's related object map (JSON).
+// not empty, is the request's related object map (JSON). A Managed Proxy's credentials Secret
+// is stored already, so the sync gets as far as the provider.
 func proxyBody(name, spec, related string) string {
 	if related == "" {
 		related = "{}"
 	}
+	children := "{}"
+	if strings.Contains(spec, `"Managed"`) {
+		cred, err := credentials.ForManaged(providers.Parent{Namespace: "crawl", Name: name, UID: "uid-" + name}, nil)
+		if err != nil {
+			panic(err)
+		}
+		var secret map[string]any
+		_ = json.Unmarshal(cred.Child, &secret)
+		secret["metadata"].(map[string]any)["uid"] = "secret-uid-" + name
+		b, _ := json.Marshal(map[string]any{credentials.SecretTypeKey: map[string]any{"crawl/" + credentials.SecretName("uid-"+name): secret}})
+		children = string(b)
+	}
 	return fmt.Sprintf(`{"controller":{},"parent":{"apiVersion":"crawl.example.com/v1alpha1","kind":"Proxy",`+
 		`"metadata":{"name":%q,"namespace":"crawl","uid":"uid-%s","generation":1},"spec":%s,"status":{}},`+
-		`"children":{},"related":%s,"finalizing":false}`, name, name, spec, related)
+		`"children":%s,"related":%s,"finalizing":false}`, name, name, spec, children, related)
 }
 
 const mockSpec = `{"mode":"Managed","provider":"mock","healthCheck":{"probeURL":"http://127.0.0.1:9/"}}`

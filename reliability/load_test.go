@@ -251,6 +251,10 @@ func TestLoad(t *testing.T) {
 		mu         sync.Mutex
 		status     json.RawMessage
 		gen        int // bumps the UID on each re-creation
+		// children are the children the last answer left (the credentials Secret), for the
+		// UID they belong to.
+		children    json.RawMessage
+		childrenUID string
 	}
 	stubs := make([]*stubProxy, externalProxies)
 	var fleet []*proxy
@@ -277,24 +281,51 @@ func TestLoad(t *testing.T) {
 		if status == nil {
 			status = json.RawMessage(`{}`)
 		}
-		meta := fmt.Sprintf(`{"name":%q,"namespace":"crawl","uid":"uid-%s-%d","generation":1`, p.name, p.name, p.gen)
+		uid := fmt.Sprintf("uid-%s-%d", p.name, p.gen)
+		meta := fmt.Sprintf(`{"name":%q,"namespace":"crawl","uid":%q,"generation":1`, p.name, uid)
 		if deleting {
 			meta += `,"deletionTimestamp":"2026-11-30T12:00:00Z"`
 		}
-		body := fmt.Sprintf(`{"controller":{},"parent":{"apiVersion":"crawl.example.com/v1alpha1","kind":"Proxy","metadata":%s},"spec":%s,"status":%s},"children":{},"related":{},"finalizing":%t}`,
-			meta, p.spec, status, deleting)
+		children := p.children
+		if children == nil || p.childrenUID != uid {
+			children = json.RawMessage(`{}`)
+		}
+		body := fmt.Sprintf(`{"controller":{},"parent":{"apiVersion":"crawl.example.com/v1alpha1","kind":"Proxy","metadata":%s},"spec":%s,"status":%s},"children":%s,"related":{},"finalizing":%t}`,
+			meta, p.spec, status, children, deleting)
 		code, b := do(hookLat, hook, http.MethodPost, op.hookURL+"/"+hook, "", body)
 		if code != http.StatusOK {
 			fail("%s %s: %d %s", hook, p.name, code, b)
 			return code
 		}
 		var resp struct {
-			Status json.RawMessage `json:"status"`
+			Status   json.RawMessage  `json:"status"`
+			Children []map[string]any `json:"children"`
 		}
 		if err := json.Unmarshal(b, &resp); err != nil {
 			fail("%s %s answer: %v", hook, p.name, err)
 		}
 		p.status = resp.Status
+		// Apply the children as Metacontroller would (the Secret keeps its first content).
+		observed := map[string]map[string]any{}
+		var prev map[string]map[string]any
+		if p.childrenUID == uid {
+			_ = json.Unmarshal(p.children, &prev)
+		}
+		for _, c := range resp.Children {
+			m := c["metadata"].(map[string]any)
+			typ, key := fmt.Sprint(c["kind"], ".", c["apiVersion"]), fmt.Sprint("crawl/", m["name"])
+			if old, ok := prev[typ][key]; ok {
+				c = old.(map[string]any)
+			} else {
+				m["uid"] = "child-" + uid
+			}
+			if observed[typ] == nil {
+				observed[typ] = map[string]any{}
+			}
+			observed[typ][key] = c
+		}
+		p.children, _ = json.Marshal(observed)
+		p.childrenUID = uid
 		return code
 	}
 	for _, p := range fleet {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/proxy-operator/proxy-operator/credentials"
 	"github.com/proxy-operator/proxy-operator/providers"
 	"github.com/proxy-operator/proxy-operator/providers/mock"
 	"github.com/proxy-operator/proxy-operator/server/hooks"
@@ -75,13 +76,15 @@ func (r *Recorder) write(ex hooks.Exchange, seq int) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return dir, err
 	}
-	if err := os.WriteFile(filepath.Join(dir, RequestFile), ex.Request, 0o644); err != nil {
+	// A capture never holds a credential: the Secrets in the request (observed children,
+	// related Secrets) and in the response (the credentials Secret child) are redacted.
+	if err := os.WriteFile(filepath.Join(dir, RequestFile), credentials.Redact(ex.Request), 0o644); err != nil {
 		return dir, err
 	}
 	if err := writeJSON(filepath.Join(dir, StateFile), stateOf(ex, ns, name)); err != nil {
 		return dir, err
 	}
-	return dir, writeJSON(filepath.Join(dir, ResponseFile), Response{Code: ex.Code, Body: jsonBody(ex.Response)})
+	return dir, writeJSON(filepath.Join(dir, ResponseFile), Response{Code: ex.Code, Body: jsonBody(credentials.Redact(ex.Response))})
 }
 
 // stateOf turns what the server observed into the state that reproduces it: the observed

@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
+	"github.com/proxy-operator/proxy-operator/credentials"
 	"github.com/proxy-operator/proxy-operator/fleet"
 	"github.com/proxy-operator/proxy-operator/lifecycle"
 	"github.com/proxy-operator/proxy-operator/providers"
@@ -90,7 +91,9 @@ func Run(c Case, log *slog.Logger) (Result, error) {
 	if calls == nil {
 		calls = []mock.Call{}
 	}
-	return Result{Code: rec.Code, Body: jsonBody(rec.Body.Bytes()), Calls: calls}, nil
+	// Credentials are generated at random and never kept in a fixture: the body is compared,
+	// and written as a golden, with every credential redacted as a capture redacts it.
+	return Result{Code: rec.Code, Body: jsonBody(credentials.Redact(rec.Body.Bytes())), Calls: calls}, nil
 }
 
 // jsonBody keeps a JSON body compact, and wraps anything else as a JSON string so a golden

@@ -17,7 +17,7 @@ until curl -fs "http://$HOOK/readyz" >/dev/null; do
   kill -0 $pid 2>/dev/null || { echo "operator exited:"; cat "$LOG"; exit 1; }
   sleep 0.2
 done
-echo "== playing Metacontroller: post a sync, feed the answer's status back, until Ready"
+echo "== playing Metacontroller: post a sync, feed the answer's status and children back, until Ready"
 req=$(jq --arg u "http://$HOOK/healthz" '.parent.spec.healthCheck.probeURL = $u' testdata/demo/sync-mock-proxy.json)
 phase=none
 for i in $(seq 60); do
@@ -25,7 +25,10 @@ for i in $(seq 60); do
   echo "   sync $i: $(jq -c '{phase: .status.phase, ip: .status.ip, resyncAfterSeconds}' <<<"$resp")"
   phase=$(jq -r .status.phase <<<"$resp")
   [ "$phase" = Ready ] && break
-  req=$(jq --argjson r "$resp" '.parent.status = $r.status' <<<"$req")
+  # The children (the proxy's credentials Secret) come back as Metacontroller stores them.
+  req=$(jq --argjson r "$resp" '.parent.status = $r.status | .children = ([$r.children[] |
+    {k: "\(.kind).\(.apiVersion)", n: "\(.metadata.namespace)/\(.metadata.name)", o: (.metadata.uid = "demo-\(.metadata.name)")}]
+    | group_by(.k) | map({key: .[0].k, value: (map({key: .n, value: .o}) | from_entries)}) | from_entries)' <<<"$req")
   sleep 1
 done
 [ "$phase" = Ready ] || { echo "proxy not Ready after 60 syncs"; exit 1; }
@@ -40,6 +43,8 @@ for i in $(seq 60); do
 done
 [ "$code" = 200 ] || { echo "no lease"; exit 1; }
 id=$(jq -r .leaseID "$LOG.lease"); jq -c '{leaseID, proxy: .proxy.id, ip: .proxy.ip, port: .proxy.port, expiresAt}' "$LOG.lease"
+proxy=$(jq -r .proxyURL "$LOG.lease")
+echo "== through the proxy: $(curl -s -o /dev/null -w '%{http_code}' -x "${proxy#*@}" "http://$HOOK/healthz") without its credential, $(curl -s -o /dev/null -w '%{http_code}' -x "$proxy" "http://$HOOK/healthz") with the lease's proxyURL"
 echo "== report rate_limited for example.com, then release"
 curl -fsS -XPOST -H "$auth" "http://$DISC/v1/leases/$id/report" -d '{"result":"rate_limited","target":"example.com"}'
 echo "   release: HTTP $(curl -sS -o /dev/null -w '%{http_code}' -XDELETE -H "$auth" "http://$DISC/v1/leases/$id")"

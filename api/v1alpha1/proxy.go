@@ -87,6 +87,7 @@ type ProxyList struct {
 //
 // +kubebuilder:validation:XValidation:rule="(self.mode == 'Managed') == (has(self.provider) && size(self.provider) > 0)",message="provider is required when mode is Managed and must be empty when mode is External"
 // +kubebuilder:validation:XValidation:rule="(self.mode == 'External') == has(self.endpoint)",message="endpoint is required when mode is External and must be absent when mode is Managed"
+// +kubebuilder:validation:XValidation:rule="!has(self.credentialsSecretRef) || self.mode == 'External'",message="credentialsSecretRef is only for External proxies: a Managed proxy gets a generated credential"
 type ProxySpec struct {
 	// Mode is Managed (the operator creates the machine) or External (the machine exists
 	// elsewhere; the operator only tracks and probes it). Immutable.
@@ -113,6 +114,13 @@ type ProxySpec struct {
 	// Endpoint is where an External proxy listens. Required iff mode is External.
 	// +optional
 	Endpoint *EndpointSpec `json:"endpoint,omitempty"`
+
+	// CredentialsSecretRef names a Secret in the Proxy's namespace whose `username` and
+	// `password` keys are the credential the External proxy demands (HTTP Basic proxy auth).
+	// Probes use it, and a lease hands it to the crawler. External only: a Managed proxy gets
+	// a generated credential in a Secret the operator owns.
+	// +optional
+	CredentialsSecretRef *SecretRef `json:"credentialsSecretRef,omitempty"`
 
 	// Port is the port a Managed proxy listens on once its machine is up.
 	// +kubebuilder:default=3128
@@ -178,6 +186,14 @@ type SecretKeyRef struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	Key string `json:"key"`
+}
+
+// SecretRef names a Secret in the Proxy's namespace.
+type SecretRef struct {
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Name string `json:"name"`
 }
 
 // EndpointSpec is where an External proxy listens.

@@ -4,8 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"regexp"
 	"strings"
 )
+
+var secretNameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
 
 // Validate repeats the CRD's schema and CEL rules for bodies that did not pass through the
 // API server, and checks what the schema cannot. It reports every offending field, one per
@@ -41,6 +44,14 @@ func (s *ProxySpec) Validate() error {
 		bad("mode", "required (Managed or External)")
 	default:
 		bad("mode", "%q is not Managed or External", s.Mode)
+	}
+	if r := s.CredentialsSecretRef; r != nil {
+		if s.Mode != ModeExternal {
+			bad("credentialsSecretRef", "only for External proxies: a Managed proxy gets a generated credential")
+		}
+		if !secretNameRE.MatchString(r.Name) || len(r.Name) > 253 {
+			bad("credentialsSecretRef.name", "%q is not a Secret name", r.Name)
+		}
 	}
 	if s.Port < 0 || s.Port > 65535 {
 		bad("port", "%d is not a port (1-65535)", s.Port)

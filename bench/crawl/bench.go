@@ -3,6 +3,7 @@ package crawl
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"strings"
 	"time"
 
@@ -93,12 +94,20 @@ func runOne(ctx context.Context, cfg Config, name string, progress func(string))
 		return Row{}, err
 	}
 	sel := map[string]string{"pool": "crawl"}
+	// A pool API hands out each proxy's credential with its address; the operator's own
+	// record of it plays that part (the discovery list never carries one).
+	auth := func(id string) *url.Userinfo {
+		if p, ok := op.View.Get(id); ok && p.Credentials != nil {
+			return url.UserPassword(p.Credentials.Username, p.Credentials.Password)
+		}
+		return nil
+	}
 	var s strategy
 	switch name {
 	case "random":
-		s = &random{pool: pool{c: c, selector: sel}}
+		s = &random{pool: pool{c: c, selector: sel, auth: auth}}
 	case "rotating":
-		s = &rotating{pool: pool{c: c, selector: sel}, base: cfg.RotatingBase, cap: cfg.RotatingCap, state: map[string]*rotState{}}
+		s = &rotating{pool: pool{c: c, selector: sel, auth: auth}, base: cfg.RotatingBase, cap: cfg.RotatingCap, state: map[string]*rotState{}}
 	case "leases":
 		s = &leases{c: c, selector: sel, sites: farm.Hosts(), ttl: time.Minute, held: map[[2]int]*heldLease{}, wait: map[[2]int]time.Duration{}}
 	default:

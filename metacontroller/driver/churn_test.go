@@ -128,13 +128,14 @@ func TestStatusWritesUnderChurn(t *testing.T) {
 		t.Fatal("fleet not Ready within 5 minutes")
 	}
 	// Initial convergence: an External proxy is Ready on its first sync (one write); a Managed
-	// one writes Provisioning when its create starts and Ready once the machine runs (two).
+	// one writes Pending while its credentials Secret is being stored, Provisioning when its
+	// create starts and Ready once the machine runs (three).
 	initial := map[string]int{}
 	initialTotal := 0
 	for _, k := range keys {
 		initial[k] = d.ParentWrites(k)
 		initialTotal += initial[k]
-		want := 2
+		want := 3
 		if isExternal[k] {
 			want = 1
 		}
@@ -142,7 +143,7 @@ func TestStatusWritesUnderChurn(t *testing.T) {
 			t.Errorf("%s: %d writes to reach Ready, want %d", k, initial[k], want)
 		}
 	}
-	if want := externals + 2*(fleetSize-externals); initialTotal != want {
+	if want := externals + 3*(fleetSize-externals); initialTotal != want {
 		t.Errorf("initial convergence: %d writes, want %d", initialTotal, want)
 	}
 	if got := len(cloud.Instances()); got != fleetSize-externals {

@@ -113,6 +113,7 @@ func TestTimeToReady(t *testing.T) {
 }
 
 // maxWritesToReady is the most status writes a Managed proxy makes from apply to Ready:
-// Provisioning (create started), then Ready with its IP once the first probe succeeded (a
-// running instance awaiting its first verdict writes nothing: lifecycle.Decision.ProbeIP).
-const maxWritesToReady = 2
+// Pending while its credentials Secret is stored (no machine is created before), Provisioning
+// (create started), then Ready with its IP once the first probe succeeded (a running instance
+// awaiting its first verdict writes nothing: lifecycle.Decision.ProbeIP).
+const maxWritesToReady = 3

@@ -322,8 +322,19 @@ func (p *Provider) instance(req providers.CreateRequest) (*computepb.Instance, e
 		Disks:             []*computepb.AttachedDisk{boot},
 		NetworkInterfaces: []*computepb.NetworkInterface{nic},
 	}
+	var items []*computepb.Items
 	if req.CloudInit != "" {
-		inst.Metadata = &computepb.Metadata{Items: []*computepb.Items{{Key: new(userDataKey), Value: new(req.CloudInit)}}}
+		items = append(items, &computepb.Items{Key: new(userDataKey), Value: new(req.CloudInit)})
+	}
+	if req.Credentials != nil {
+		script, err := startupScript(*req.Credentials)
+		if err != nil {
+			return nil, err
+		}
+		items = append(items, &computepb.Items{Key: new(startupScriptKey), Value: new(script)})
+	}
+	if len(items) > 0 {
+		inst.Metadata = &computepb.Metadata{Items: items}
 	}
 	if p.cfg.ServiceAccount != "" {
 		inst.ServiceAccounts = []*computepb.ServiceAccount{{Email: new(p.cfg.ServiceAccount), Scopes: []string{cloudPlatformScope}}}
@@ -491,6 +502,8 @@ func toInstance(project, zone string, inst *computepb.Instance) providers.Instan
 		State:    stateOf(inst.GetStatus()),
 		OwnerUID: inst.GetLabels()[providers.TagOwnerUID],
 		SpecHash: inst.GetLabels()[providers.TagSpecHash],
+		// Which stored credential the startup script installed (rotation replaces the VM).
+		CredentialsVersion: inst.GetLabels()[providers.TagCredentials],
 	}
 	for _, nic := range inst.GetNetworkInterfaces() {
 		for _, ac := range nic.GetAccessConfigs() {

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/proxy-operator/proxy-operator/credentials"
 	"github.com/proxy-operator/proxy-operator/providers"
 )
 
@@ -25,9 +26,45 @@ const (
 	DefaultCPURequest    = "100m"
 	DefaultMemoryRequest = "128Mi"
 	DefaultMemoryLimit   = "256Mi"
-	// imagePort is where the default image's Squid listens unless told otherwise.
-	imagePort = 3128
+	// CredentialsDir is where the Pod mounts its credentials Secret's htpasswd key.
+	CredentialsDir = "/etc/proxy-credentials"
+	// RunDir holds the generated squid.conf, the pid file and cache.log in the Pod.
+	RunDir = "/tmp"
+	// NCSAAuth is Squid's Basic-auth helper in Debian and Ubuntu Squid images.
+	NCSAAuth          = "/usr/lib/squid/basic_ncsa_auth"
+	credentialsVolume = "credentials"
 )
+
+// SquidConfig is the squid.conf of every Pod, with the htpasswd file under credentialsDir and
+// run files under runDir. Every request must carry the Proxy's credential (Basic proxy
+// auth); an authenticated client may go anywhere but link-local addresses (cloud metadata).
+// basic_ncsa_auth rereads the htpasswd file when its mtime changes, so a rotated Secret is
+// picked up without a restart once the kubelet has updated the mount, and a credential
+// verified once is trusted for credentialsttl only, so an old one stops working soon after.
+func SquidConfig(port int32, credentialsDir, runDir string) string {
+	return fmt.Sprintf(`http_port %d
+auth_param basic program %s %s/%s
+auth_param basic children 5 startup=1 idle=1
+auth_param basic realm proxy-operator
+auth_param basic credentialsttl 60 seconds
+acl authenticated proxy_auth REQUIRED
+acl link_local dst 169.254.0.0/16 fe80::/10
+http_access deny link_local
+http_access allow authenticated
+http_access deny all
+cache deny all
+forwarded_for delete
+via off
+access_log none
+cache_store_log none
+cache_log %s/cache.log
+pid_filename %s/squid.pid
+coredump_dir %s
+pinger_enable off
+shutdown_lifetime 3 seconds
+visible_hostname proxy-operator
+`, port, NCSAAuth, credentialsDir, credentials.KeyHtpasswd, runDir, runDir, runDir)
+}
 
 // PodTypeKey is how Metacontroller keys observed Pods in a sync request.
 const PodTypeKey = "Pod.v1"
@@ -304,11 +341,14 @@ func (p *Provider) pod(req providers.CreateRequest, parent providers.Parent) *co
 	if len(c.Resources.Limits) == 0 {
 		c.Resources.Limits = nil
 	}
-	if image == DefaultImage && port != imagePort {
-		// The stock image's squid.conf says "http_port 3128": rewrite that one line so the
-		// proxy listens where spec.port (and the readiness probe) say.
-		c.Command = []string{"/bin/sh", "-c", `sed -E "s/^http_port [0-9]+$/http_port ${SQUID_PORT}/" /etc/squid/squid.conf > /tmp/squid.conf && exec squid -N -f /tmp/squid.conf`}
-		c.Env = []corev1.EnvVar{{Name: "SQUID_PORT", Value: fmt.Sprint(port)}}
+	// The image's own squid.conf is replaced by one that listens where spec.port (and the
+	// readiness probe) say and demands the credential from the mounted Secret.
+	c.Command = []string{"/bin/sh", "-c", `printf '%s\n' "$SQUID_CONF" > ` + RunDir + `/squid.conf && exec squid -N -f ` + RunDir + `/squid.conf`}
+	c.Env = []corev1.EnvVar{{Name: "SQUID_CONF", Value: SquidConfig(port, CredentialsDir, RunDir)}}
+	c.VolumeMounts = []corev1.VolumeMount{{Name: credentialsVolume, MountPath: CredentialsDir, ReadOnly: true}}
+	owner := req.OwnerUID
+	if owner == "" {
+		owner = parent.UID
 	}
 	no := false
 	pod := &corev1.Pod{
@@ -323,6 +363,10 @@ func (p *Provider) pod(req providers.CreateRequest, parent providers.Parent) *co
 		},
 		Spec: corev1.PodSpec{
 			Containers: []corev1.Container{c},
+			Volumes: []corev1.Volume{{Name: credentialsVolume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+				SecretName: credentials.SecretName(owner),
+				Items:      []corev1.KeyToPath{{Key: credentials.KeyHtpasswd, Path: credentials.KeyHtpasswd}},
+			}}}},
 			// The proxy needs no API credentials; a crawler reaching it must not find any.
 			AutomountServiceAccountToken: &no,
 			EnableServiceLinks:           &no,

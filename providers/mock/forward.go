@@ -2,25 +2,30 @@ package mock
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"io"
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/proxy-operator/proxy-operator/providers"
 )
 
 // ServeForwardProxy listens on addr and serves a minimal HTTP forward proxy there: CONNECT
 // tunnels and absolute-URI GETs, so probes and crawlers on a laptop go through a real proxy.
 // It dials out from the address it listens on, so a site sees each proxy as its own client,
-// as it would a fleet of machines. The returned stop closes the listener and every open tunnel.
-func ServeForwardProxy(addr string) (stop func(), err error) {
+// as it would a fleet of machines. With creds set, every request must carry them
+// (Proxy-Authorization: Basic), as a Squid of the kubernetes provider demands: without them
+// the answer is 407. The returned stop closes the listener and every open tunnel.
+func ServeForwardProxy(addr string, creds *providers.Credentials) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
 	f := newForwarder(ln.Addr())
 	srv := &http.Server{
-		Handler:           http.HandlerFunc(f.forward),
+		Handler:           requireAuth(creds, http.HandlerFunc(f.forward)),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       30 * time.Second,
 	}
@@ -32,6 +37,25 @@ func ServeForwardProxy(addr string) (stop func(), err error) {
 			_ = srv.Close()
 		}
 	}, nil
+}
+
+// requireAuth answers 407 to a request without creds; nil creds let everything through.
+func requireAuth(creds *providers.Credentials, next http.Handler) http.Handler {
+	if creds == nil {
+		return next
+	}
+	user, pass := []byte(creds.Username), []byte(creds.Password)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// net/http parses Basic credentials only from Authorization; borrow that parser.
+		asAuth := http.Request{Header: http.Header{"Authorization": r.Header.Values("Proxy-Authorization")}}
+		u, p, ok := asAuth.BasicAuth()
+		if !ok || subtle.ConstantTimeCompare([]byte(u), user)&subtle.ConstantTimeCompare([]byte(p), pass) != 1 {
+			w.Header().Set("Proxy-Authenticate", `Basic realm="proxy-operator"`)
+			http.Error(w, "mock proxy: proxy authentication required", http.StatusProxyAuthRequired)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // forwarder relays requests from one proxy address.

@@ -35,7 +35,7 @@ func TestConnectAnswerIsAPlainStatusLine(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	stop, err := mock.ServeForwardProxy(addr)
+	stop, err := mock.ServeForwardProxy(addr, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -87,7 +87,7 @@ type record struct {
 type Provider struct {
 	delay time.Duration
 	now   func() time.Time
-	serve func(addr string) (stop func(), err error)
+	serve func(addr string, creds *providers.Credentials) (stop func(), err error)
 
 	mu        sync.Mutex
 	instances map[string]*record // by ID
@@ -103,8 +103,9 @@ type Option func(*Provider)
 // WithClock injects the clock that drives provisioning.
 func WithClock(now func() time.Time) Option { return func(p *Provider) { p.now = now } }
 
-// WithServer makes every Running instance serve a forward proxy at its address through serve.
-func WithServer(serve func(addr string) (stop func(), err error)) Option {
+// WithServer makes every Running instance serve a forward proxy at its address through serve,
+// demanding the instance's credentials.
+func WithServer(serve func(addr string, creds *providers.Credentials) (stop func(), err error)) Option {
 	return func(p *Provider) { p.serve = serve }
 }
 
@@ -218,15 +219,17 @@ func (p *Provider) Create(ctx context.Context, req providers.CreateRequest) (id 
 		return id, nil
 	}
 	r := &record{port: req.Port, inst: providers.Instance{
-		ID:        id,
-		Name:      req.Name,
-		State:     providers.StateProvisioning,
-		OwnerUID:  req.OwnerUID,
-		SpecHash:  req.SpecHash,
-		CreatedAt: p.now().UTC().Truncate(time.Second),
+		ID:       id,
+		Name:     req.Name,
+		State:    providers.StateProvisioning,
+		OwnerUID: req.OwnerUID,
+		SpecHash: req.SpecHash,
+		// The forward proxy holds the credential it was created with, like a VM.
+		CredentialsVersion: req.CredentialsVersion,
+		CreatedAt:          p.now().UTC().Truncate(time.Second),
 	}}
 	if p.serve != nil {
-		stop, err := p.serve(netip.AddrPortFrom(netip.MustParseAddr(Address(req.Name)), uint16(req.Port)).String())
+		stop, err := p.serve(netip.AddrPortFrom(netip.MustParseAddr(Address(req.Name)), uint16(req.Port)).String(), req.Credentials)
 		if err != nil {
 			return "", providers.Wrap(providers.ErrTransient, "mock create", err)
 		}

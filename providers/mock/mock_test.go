@@ -246,7 +246,13 @@ func TestConcurrentUse(t *testing.T) {
 // TestServedForwardProxy: with a server, a Running instance is a real forward proxy on its
 // loopback address.
 func TestServedForwardProxy(t *testing.T) {
-	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	var mu sync.Mutex
+	var clients []string
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host, _, _ := net.SplitHostPort(r.RemoteAddr)
+		mu.Lock()
+		clients = append(clients, host)
+		mu.Unlock()
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	t.Cleanup(target.Close)
@@ -260,6 +266,7 @@ func TestServedForwardProxy(t *testing.T) {
 	p, c := newMock(t, mock.Config{ServeProxies: true, ProvisioningDelay: mock.Duration(time.Second)})
 	r := req("u1")
 	r.Port = int32(port)
+	r.Credentials = &providers.Credentials{Username: "crawler", Password: "s3cret-pass"}
 	id, err := p.Create(context.Background(), r)
 	if err != nil {
 		t.Skipf("cannot listen on the instance's loopback address: %v", err)
@@ -269,17 +276,35 @@ func TestServedForwardProxy(t *testing.T) {
 	if err != nil || inst.IP == "" {
 		t.Fatalf("instance %+v, %v: want Running with an IP", inst, err)
 	}
-	proxyURL := &url.URL{Scheme: "http", Host: net.JoinHostPort(inst.IP, fmt.Sprint(port))}
-	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL)}}
-	res, err := client.Get(target.URL)
-	if err != nil {
-		t.Fatalf("GET through the mock proxy: %v", err)
+	host := net.JoinHostPort(inst.IP, fmt.Sprint(port))
+	for _, tc := range []struct {
+		name string
+		user *url.Userinfo
+		want int
+	}{
+		{"no credential", nil, http.StatusProxyAuthRequired},
+		{"wrong password", url.UserPassword("crawler", "guess"), http.StatusProxyAuthRequired},
+		{"the credential", url.UserPassword("crawler", "s3cret-pass"), http.StatusNoContent},
+	} {
+		proxyURL := &url.URL{Scheme: "http", Host: host, User: tc.user}
+		client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL)}}
+		res, err := client.Get(target.URL)
+		if err != nil {
+			t.Fatalf("%s: GET through the mock proxy: %v", tc.name, err)
+		}
+		_, _ = io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		if res.StatusCode != tc.want {
+			t.Errorf("%s: status %d through the proxy, want %d", tc.name, res.StatusCode, tc.want)
+		}
 	}
-	_, _ = io.Copy(io.Discard, res.Body)
-	res.Body.Close()
-	if res.StatusCode != http.StatusNoContent {
-		t.Errorf("status %d through the proxy, want 204", res.StatusCode)
+	// The proxy egresses from its own address, as a proxy machine does from its IP.
+	mu.Lock()
+	if len(clients) != 1 || clients[0] != inst.IP {
+		t.Errorf("target saw clients %v, want only the proxy's address %s", clients, inst.IP)
 	}
+	mu.Unlock()
+	proxyURL := &url.URL{Scheme: "http", Host: host}
 	if err := p.Delete(context.Background(), id); err != nil {
 		t.Fatal(err)
 	}
@@ -307,7 +332,7 @@ func TestForwardProxyDialsFromItsOwnAddress(t *testing.T) {
 		}
 		addr := ln.Addr().String()
 		ln.Close()
-		stop, err := mock.ServeForwardProxy(addr)
+		stop, err := mock.ServeForwardProxy(addr, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

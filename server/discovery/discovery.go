@@ -14,8 +14,10 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -383,6 +385,11 @@ type leaseJSON struct {
 	TTLSeconds int64     `json:"ttlSeconds"`
 	Target     string    `json:"target,omitempty"`
 	SessionKey string    `json:"sessionKey,omitempty"`
+	// ProxyURL is ready for HTTP_PROXY: the credential in it, percent-encoded. It, Username
+	// and Password are the only place a credential leaves the process.
+	ProxyURL string `json:"proxyURL"`
+	Username string `json:"username,omitempty"`
+	Password string `json:"password,omitempty"`
 }
 
 func (d *Discovery) acquire(w http.ResponseWriter, r *http.Request) error {
@@ -425,10 +432,15 @@ func (d *Discovery) acquire(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (d *Discovery) leaseJSON(l lease.Lease, ttl time.Duration) leaseJSON {
-	return leaseJSON{
+	out := leaseJSON{
 		LeaseID: l.ID, Proxy: toProxyJSON(l.Proxy, l.Health, l.Active), ExpiresAt: l.ExpiresAt.UTC(),
 		TTLSeconds: int64(ttl / time.Second), Target: l.Target, SessionKey: l.SessionKey,
+		ProxyURL: l.Proxy.Credentials.ProxyURL(net.JoinHostPort(l.Proxy.IP, strconv.Itoa(int(l.Proxy.Port)))).String(),
 	}
+	if c := l.Proxy.Credentials; c != nil {
+		out.Username, out.Password = c.Username, c.Password
+	}
+	return out
 }
 
 func (d *Discovery) release(w http.ResponseWriter, r *http.Request) error {

@@ -18,6 +18,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/proxy-operator/proxy-operator/credentials"
 	"github.com/proxy-operator/proxy-operator/fleet"
 	"github.com/proxy-operator/proxy-operator/internal/healthtest"
 	"github.com/proxy-operator/proxy-operator/lifecycle"
@@ -46,6 +47,8 @@ type fakeMC struct {
 	v1Keys bool // key children by "name" (hook v1) instead of "namespace/name"
 	parent map[string]any
 	pods   map[string]map[string]any
+	// secrets are the stored Secret children (the Proxy's credentials), by name.
+	secrets map[string]map[string]any
 	// record, when set, receives every request body with a step name, for fixtures.
 	record func(step string, body []byte)
 }
@@ -59,7 +62,19 @@ type syncAnswer struct {
 
 func newFakeMC(t *testing.T, h http.Handler, now *time.Time, spec map[string]any) *fakeMC {
 	t.Helper()
-	return &fakeMC{t: t, h: h, now: now, pods: map[string]map[string]any{}, parent: map[string]any{
+	// The credentials Secret an earlier sync returned is stored already: these tests are
+	// about Pods (TestCredentialsSecretBeforePod covers the first sync).
+	cred, err := credentials.ForManaged(providers.Parent{Namespace: "crawl", Name: "edge-pod", UID: podParentUID}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var secret map[string]any
+	if err := json.Unmarshal(cred.Child, &secret); err != nil {
+		t.Fatal(err)
+	}
+	secret["metadata"].(map[string]any)["uid"] = "secret-uid-1"
+	name := credentials.SecretName(podParentUID)
+	return &fakeMC{t: t, h: h, now: now, pods: map[string]map[string]any{}, secrets: map[string]map[string]any{name: secret}, parent: map[string]any{
 		"apiVersion": "crawl.example.com/v1alpha1",
 		"kind":       "Proxy",
 		"metadata": map[string]any{
@@ -84,6 +99,17 @@ func (m *fakeMC) request(finalizing bool) []byte {
 	children := map[string]any{}
 	if len(objs) > 0 {
 		children[kubernetes.PodTypeKey] = objs
+	}
+	secrets := map[string]any{}
+	for name, s := range m.secrets {
+		key := "crawl/" + name
+		if m.v1Keys {
+			key = name
+		}
+		secrets[key] = s
+	}
+	if len(secrets) > 0 {
+		children[credentials.SecretTypeKey] = secrets
 	}
 	b, err := json.Marshal(map[string]any{"parent": m.parent, "children": children, "related": map[string]any{}, "finalizing": finalizing})
 	if err != nil {
@@ -127,8 +153,21 @@ func (m *fakeMC) sync(step string) syncAnswer {
 	}
 	returned := map[string]bool{}
 	for _, c := range ans.Children {
+		name := c["metadata"].(map[string]any)["name"].(string)
+		returned[name] = true
+		if c["kind"] == "Secret" {
+			if _, ok := m.secrets[name]; !ok {
+				c["metadata"].(map[string]any)["uid"] = "secret-uid-" + name
+				m.secrets[name] = c
+			}
+			continue
+		}
 		m.applyChild(step, c)
-		returned[c["metadata"].(map[string]any)["name"].(string)] = true
+	}
+	for name := range m.secrets {
+		if !returned[name] {
+			delete(m.secrets, name)
+		}
 	}
 	for name, pod := range m.pods {
 		if !returned[name] {
@@ -202,10 +241,13 @@ func (m *fakeMC) reap() {
 
 func (m *fakeMC) podNames() []string { return slices.Sorted(maps.Keys(m.pods)) }
 
+// childNames are the Pods among the children (the credentials Secret is checked apart).
 func childNames(a syncAnswer) []string {
 	out := []string{}
 	for _, c := range a.Children {
-		out = append(out, c["metadata"].(map[string]any)["name"].(string))
+		if c["kind"] == "Pod" {
+			out = append(out, c["metadata"].(map[string]any)["name"].(string))
+		}
 	}
 	return out
 }
@@ -404,7 +446,10 @@ func checkPod(t *testing.T, child map[string]any, port int, hash string, rewrite
 			Containers []struct {
 				Image   string   `json:"image"`
 				Command []string `json:"command"`
-				Ports   []struct {
+				Env     []struct {
+					Name, Value string
+				} `json:"env"`
+				Ports []struct {
 					ContainerPort int `json:"containerPort"`
 				} `json:"ports"`
 				Resources struct {
@@ -418,6 +463,11 @@ func checkPod(t *testing.T, child map[string]any, port int, hash string, rewrite
 				} `json:"readinessProbe"`
 			} `json:"containers"`
 			AutomountServiceAccountToken *bool `json:"automountServiceAccountToken"`
+			Volumes                      []struct {
+				Secret struct {
+					SecretName string `json:"secretName"`
+				} `json:"secret"`
+			} `json:"volumes"`
 		} `json:"spec"`
 		Status any `json:"status"`
 	}
@@ -452,8 +502,14 @@ func checkPod(t *testing.T, child map[string]any, port int, hash string, rewrite
 	if diff := cmp.Diff(map[string]string{"memory": kubernetes.DefaultMemoryLimit}, c.Resources.Limits); diff != "" {
 		t.Errorf("limits (-want +got):\n%s", diff)
 	}
-	if got, want := len(c.Command) > 0, rewritesPort; got != want {
-		t.Errorf("command %q: rewrites the port = %t, want %t", c.Command, got, want)
+	// Every Pod runs the generated squid.conf (listening on spec.port, demanding the
+	// credential) and mounts the Proxy's credentials Secret.
+	_ = rewritesPort
+	if len(c.Env) != 1 || c.Env[0].Value != kubernetes.SquidConfig(int32(port), kubernetes.CredentialsDir, kubernetes.RunDir) {
+		t.Errorf("env %v: want SQUID_CONF for port %d", c.Env, port)
+	}
+	if v := got.Spec.Volumes; len(v) != 1 || v[0].Secret.SecretName != credentials.SecretName(podParentUID) {
+		t.Errorf("volumes %+v: want the credentials Secret", v)
 	}
 	if a := got.Spec.AutomountServiceAccountToken; a == nil || *a {
 		t.Errorf("automountServiceAccountToken = %v, want false", a)

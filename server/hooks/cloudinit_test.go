@@ -13,6 +13,7 @@ import (
 	"time"
 
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
+	"github.com/proxy-operator/proxy-operator/credentials"
 	"github.com/proxy-operator/proxy-operator/lifecycle"
 	"github.com/proxy-operator/proxy-operator/metacontroller"
 	"github.com/proxy-operator/proxy-operator/providers"
@@ -128,6 +129,7 @@ type cloudInitHarness struct {
 	rec    *recording
 	now    time.Time
 	status json.RawMessage
+	secret map[string]any
 }
 
 func newCloudInitHarness(t *testing.T) *cloudInitHarness {
@@ -159,7 +161,19 @@ func (c *cloudInitHarness) sync(related metacontroller.RelativeObjects) v1.Proxy
 	if c.status != nil {
 		parent["status"] = c.status
 	}
-	body, _ := json.Marshal(map[string]any{"parent": parent, "related": related})
+	if c.secret == nil {
+		cred, err := credentials.ForManaged(providers.Parent{Namespace: "crawl", Name: "edge", UID: "uid-ci"}, nil)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		var s map[string]any
+		_ = json.Unmarshal(cred.Child, &s)
+		s["metadata"].(map[string]any)["uid"] = "secret-uid-ci"
+		c.secret = s
+	}
+	// The credentials Secret is stored already: these tests are about cloud-init.
+	children := map[string]any{credentials.SecretTypeKey: map[string]any{"crawl/" + credentials.SecretName("uid-ci"): c.secret}}
+	body, _ := json.Marshal(map[string]any{"parent": parent, "related": related, "children": children})
 	rec := httptest.NewRecorder()
 	c.h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/sync", bytes.NewReader(body)))
 	if rec.Code != http.StatusOK {

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
+	"github.com/proxy-operator/proxy-operator/credentials"
 	"github.com/proxy-operator/proxy-operator/fleet"
 	"github.com/proxy-operator/proxy-operator/providers"
 	"github.com/proxy-operator/proxy-operator/providers/mock"
@@ -34,6 +35,33 @@ func fixtureBody(t *testing.T, name string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// withStoredCredentials gives a sync body's parent a stored credentials Secret child (its
+// own, replacing any other): the state after the first sync of a Managed Proxy.
+func withStoredCredentials(t *testing.T, body []byte) []byte {
+	t.Helper()
+	var req map[string]any
+	if err := json.Unmarshal(body, &req); err != nil {
+		t.Fatal(err)
+	}
+	meta := req["parent"].(map[string]any)["metadata"].(map[string]any)
+	parent := providers.Parent{Namespace: meta["namespace"].(string), Name: meta["name"].(string), UID: meta["uid"].(string)}
+	cred, err := credentials.ForManaged(parent, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var secret map[string]any
+	_ = json.Unmarshal(cred.Child, &secret)
+	secret["metadata"].(map[string]any)["uid"] = "secret-" + parent.UID
+	children, _ := req["children"].(map[string]any)
+	if children == nil {
+		children = map[string]any{}
+	}
+	children[credentials.SecretTypeKey] = map[string]any{parent.Namespace + "/" + credentials.SecretName(parent.UID): secret}
+	req["children"] = children
+	out, _ := json.Marshal(req)
+	return out
 }
 
 func post(t *testing.T, h http.Handler, path string, body []byte) *httptest.ResponseRecorder {
@@ -228,6 +256,7 @@ func TestParallelParents(t *testing.T) {
 		wg.Go(func() {
 			b := bytes.Replace(base, []byte(`"name": "edge-1"`), []byte(fmt.Sprintf(`"name": "edge-p%d"`, i)), 1)
 			b = bytes.Replace(b, []byte(`000000000001"`), []byte(fmt.Sprintf(`%012d"`, 100+i)), 1)
+			b = withStoredCredentials(t, b)
 			if rec := post(t, router, "/sync", b); rec.Code != 200 {
 				t.Errorf("parent %d: %d %s", i, rec.Code, rec.Body.String())
 			}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
+	"github.com/proxy-operator/proxy-operator/credentials"
 	"github.com/proxy-operator/proxy-operator/events"
 	"github.com/proxy-operator/proxy-operator/fleet"
 	"github.com/proxy-operator/proxy-operator/lifecycle"
@@ -78,10 +79,30 @@ func (h *Hooks) sync(ctx context.Context, hook string, body []byte, ex *Exchange
 	}
 	// A provider whose instances are Metacontroller children acts through this call's
 	// children; every other provider is returned unchanged.
+	parent := providers.Parent{Namespace: p.Namespace, Name: p.Name, UID: string(p.UID)}
+	observed := req.Children
 	var children providers.BoundProvider
+	var cred *credentials.Managed
 	if in.ProviderKnown {
-		parent := providers.Parent{Namespace: p.Namespace, Name: p.Name, UID: string(p.UID)}
-		entry.Provider, children, _ = providers.BindChildren(entry.Provider, parent, req.Children)
+		if !finalizing {
+			// The Proxy's credential: read back from its Secret child, or generated for it.
+			// The Secret is answered by this hook, not kept by the pass-through.
+			c, err := credentials.ForManaged(parent, req.Children)
+			if err != nil {
+				return nil, err
+			}
+			if c.Discarded != "" {
+				log.Warn("credentials secret unusable: dropped for a new one", "reason", c.Discarded)
+			}
+			cred, observed = &c, withoutSecrets(req.Children)
+			in.Credentials, in.CredentialsPending = &c.Credentials, !c.Stored
+		}
+		entry.Provider, children, _ = providers.BindChildren(entry.Provider, parent, observed)
+		if cred != nil && children == nil {
+			// The machine holds the credential (mock, GCP): a rotated one replaces it. A Pod
+			// reads the mounted Secret instead, and keeps running.
+			in.CredentialsVersion = cred.Version
+		}
 		in.RetryAt = h.retryAt(p, finalizing)
 	}
 	if in.ProviderKnown && !in.RetryAt.After(in.Now) {
@@ -102,15 +123,19 @@ func (h *Hooks) sync(ctx context.Context, hook string, body []byte, ex *Exchange
 	if in.ProviderKnown {
 		h.setRetry(p, finalizing, d)
 	}
-	h.record(log, p, d)
+	h.record(log, p, d, h.proxyCredentials(log, p, cred, req.Related))
 	if h.Events != nil {
 		if evs := events.For(in, d); len(evs) > 0 {
 			h.Events.Record(p, evs)
 		}
 	}
+	kids := providers.DesiredChildren(children, observed, finalizing)
+	if cred != nil {
+		kids = append(kids, cred.Child)
+	}
 	resp := metacontroller.SyncResponse{
 		Status:             d.Status,
-		Children:           providers.DesiredChildren(children, req.Children, finalizing),
+		Children:           kids,
 		ResyncAfterSeconds: d.ResyncAfter.Seconds(),
 		Finalized:          d.Finalized,
 	}
@@ -197,8 +222,50 @@ func (h *Hooks) run(ctx context.Context, log *slog.Logger, e providers.Entry, a 
 	return o
 }
 
+// withoutSecrets is the observed children without the Secrets, which the credentials code
+// answers for itself.
+func withoutSecrets(observed map[string]map[string]json.RawMessage) map[string]map[string]json.RawMessage {
+	if _, ok := observed[credentials.SecretTypeKey]; !ok {
+		return observed
+	}
+	out := make(map[string]map[string]json.RawMessage, len(observed))
+	for k, v := range observed {
+		if k != credentials.SecretTypeKey {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// proxyCredentials is the credential the proxy demands now: a Managed proxy's stored one (while
+// a rotated one is not stored yet, the machine still holds the previous one); an External
+// proxy's from the Secret its spec names; nil when there is none.
+func (h *Hooks) proxyCredentials(log *slog.Logger, p *v1.Proxy, cred *credentials.Managed, related metacontroller.RelativeObjects) *fleet.Credentials {
+	switch {
+	case cred != nil && cred.Stored:
+		c := cred.Credentials
+		return &c
+	case cred != nil:
+		if h.Fleet != nil {
+			if prev, ok := h.Fleet.Get(p.Key()); ok {
+				return prev.Credentials
+			}
+		}
+		return nil
+	case p.Spec.Mode == v1.ModeExternal && p.Spec.CredentialsSecretRef != nil:
+		c, err := credentials.ForExternal(p.Namespace, p.Spec.CredentialsSecretRef.Name, related)
+		if err != nil {
+			// Probes then go without a credential and fail as proxy_auth: the status says so.
+			log.Warn("external proxy credentials unusable", "err", err)
+			return nil
+		}
+		return &c
+	}
+	return nil
+}
+
 // record updates the fleet view and logs phase transitions.
-func (h *Hooks) record(log *slog.Logger, p *v1.Proxy, d lifecycle.Decision) {
+func (h *Hooks) record(log *slog.Logger, p *v1.Proxy, d lifecycle.Decision, creds *fleet.Credentials) {
 	if p.Status.Phase != d.Status.Phase {
 		log.Info("phase changed", "from", string(p.Status.Phase), "to", string(d.Status.Phase), "providerID", d.Status.ProviderID)
 	}
@@ -224,5 +291,6 @@ func (h *Hooks) record(log *slog.Logger, p *v1.Proxy, d lifecycle.Decision) {
 		Phase:       d.Status.Phase,
 		Recorded:    lifecycle.RecordedHealth(d.Status),
 		Deleting:    p.DeletionTimestamp != nil || d.Status.Phase == v1.PhaseDeleting,
+		Credentials: creds,
 	})
 }

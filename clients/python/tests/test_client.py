@@ -1,0 +1,67 @@
+"""The client against the real operator, and the credential path through a real mock proxy."""
+
+import requests
+
+from proxy_operator import APIError, Client, NoMatch
+from proxy_operator.client import parse_retry_after
+
+
+def test_lease_credentials_only_in_the_lease(operator):
+    with operator.api() as api:
+        listing = api.list_proxies(healthy=True, pool="scrapy")
+        assert listing["complete"] is True and listing["count"] == 2
+        for p in listing["proxies"]:
+            assert not {"username", "password", "proxyURL"} & set(p), p
+        lease = api.lease(selector={"pool": "scrapy"}, ttl_seconds=60)
+        try:
+            assert lease.username and lease.password
+            assert lease.proxy_url == f"http://{lease.username}:{lease.password}@{lease.address}"
+            assert lease.password not in repr(lease)
+            # Through the proxy: 407 without the credential, 200 with the lease's proxyURL.
+            target = operator.hook_url + "/healthz"
+            bare = requests.get(target, proxies={"http": f"http://{lease.address}"}, timeout=10)
+            assert bare.status_code == 407
+            assert bare.headers.get("Proxy-Authenticate", "").startswith("Basic")
+            ok = requests.get(target, proxies={"http": lease.proxy_url}, timeout=10)
+            assert ok.status_code == 200 and ok.json() == {"status": "ok"}
+
+            renewed = api.renew(lease.lease_id, ttl_seconds=120)
+            assert renewed.lease_id == lease.lease_id and renewed.ttl_seconds == 120
+            assert renewed.proxy_url == lease.proxy_url
+            report = api.report(lease.lease_id, "ok", "example.com")
+            assert report["result"] == "ok"
+        finally:
+            api.release(lease.lease_id)
+        api.release(lease.lease_id)  # idempotent
+        try:
+            api.renew(lease.lease_id)
+            raise AssertionError("renewed a released lease")
+        except APIError as exc:
+            assert exc.status == 404
+
+
+def test_errors(operator):
+    with Client(operator.api_url, token="wrong") as bad:
+        try:
+            bad.list_proxies()
+            raise AssertionError("a wrong token was accepted")
+        except APIError as exc:
+            assert exc.status == 401
+    with operator.api() as api:
+        try:
+            api.lease(selector={"pool": "nowhere"})
+            raise AssertionError("leased from an empty selection")
+        except NoMatch as exc:
+            assert exc.status == 409 and exc.matching == 0
+        try:
+            api.lease(ttl_seconds=999999)
+            raise AssertionError("an out-of-range TTL was accepted")
+        except APIError as exc:
+            assert exc.status == 400 and "ttlSeconds" in exc.message
+
+
+def test_parse_retry_after():
+    assert parse_retry_after("120") == 120.0
+    assert parse_retry_after(None) is None
+    assert parse_retry_after("soon") is None
+    assert parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT", now=1445412480 - 60) == 60.0
