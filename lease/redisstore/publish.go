@@ -118,7 +118,7 @@ func (pb *Publisher) Sync(ctx context.Context) error {
 	next := map[string]published{}
 	for _, p := range list {
 		seen[p.Key] = struct{}{}
-		pj, err := json.Marshal(p)
+		pj, err := encodeProxy(p)
 		if err != nil {
 			return fmt.Errorf("publish %s: %w", p.Key, err)
 		}

@@ -146,8 +146,8 @@ func (r *Reader) refresh(ctx context.Context) error {
 	if fc != nil {
 		byKey = make(map[string]fleet.Proxy, len(fc.Val()))
 		for k, js := range fc.Val() {
-			var p fleet.Proxy
-			if err := json.Unmarshal([]byte(js), &p); err != nil {
+			p, err := decodeProxy([]byte(js))
+			if err != nil {
 				r.log.Error("unreadable proxy record in the lease store", "proxy", k, "err", err)
 				continue
 			}

@@ -402,8 +402,8 @@ func containsAll(attrs, sel map[string]string) bool {
 // decode reads the published records a script handed back; a record the store cannot read
 // still names the proxy, so a lease is never refused over it.
 func decode(key, pj, hj string) (fleet.Proxy, lifecycle.Health) {
-	var p fleet.Proxy
-	if pj == "" || json.Unmarshal([]byte(pj), &p) != nil {
+	p, err := decodeProxy([]byte(pj))
+	if pj == "" || err != nil {
 		p = fleet.Proxy{Key: key}
 	}
 	var h lifecycle.Health
