@@ -195,16 +195,21 @@ func TestEveryObjectParses(t *testing.T) {
 
 // TestCRDIsTheGeneratedOne: the kustomization's copy must be the generated CRD (make generate copies it).
 func TestCRDIsTheGeneratedOne(t *testing.T) {
-	want, err := os.ReadFile("../crds/crawl.example.com_proxies.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := os.ReadFile("crd.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(want, got) {
-		t.Errorf("metacontroller/crd.yaml differs from crds/crawl.example.com_proxies.yaml: run 'make generate'")
+	for copy, generated := range map[string]string{
+		"crd.yaml":            "../crds/crawl.example.com_proxies.yaml",
+		"crd-proxypools.yaml": "../crds/crawl.example.com_proxypools.yaml",
+	} {
+		want, err := os.ReadFile(generated)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(copy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(want, got) {
+			t.Errorf("metacontroller/%s differs from %s: run 'make generate'", copy, generated)
+		}
 	}
 }
 
