@@ -38,9 +38,12 @@ func Decide(in Input) Decision {
 	d := &decider{in: in, spec: &p.Spec, now: in.Now}
 	d.th = TemplateHash(&p.Spec.Template)
 	d.classify()
-	if in.Finalizing {
+	switch {
+	case in.Finalizing:
 		d.finalize()
-	} else {
+	case in.SpecErr != nil:
+		d.invalid()
+	default:
 		d.sync()
 	}
 	d.status()
@@ -141,6 +144,18 @@ func (d *decider) finalize() {
 	}
 	d.setProgress("Deleting")
 	d.out.ResyncAfter = FinalizePoll
+}
+
+// invalid keeps every member as it is: a spec the hook cannot read must not delete a fleet.
+func (d *decider) invalid() {
+	d.desired = d.in.Pool.Status.DesiredReplicas
+	d.as = d.in.Pool.Status.Autoscale
+	for _, m := range d.ms {
+		if !m.terminating {
+			d.out.Children = append(d.out.Children, d.echo(m))
+		}
+	}
+	d.out.ResyncAfter = SteadyResync
 }
 
 func (d *decider) sync() {
@@ -445,16 +460,17 @@ func (d *decider) status() {
 			ObservedGeneration: p.Generation, LastTransitionTime: metav1.NewTime(d.now),
 		})
 	}
-	ready := healthyActive >= d.desired && !d.in.Finalizing
-	readyReason := "EnoughHealthy"
-	if !ready {
+	ready := healthyActive >= d.desired && !d.in.Finalizing && d.in.SpecErr == nil
+	readyReason, readyMsg := "EnoughHealthy", strconv.Itoa(int(healthyActive))+" of "+strconv.Itoa(int(d.desired))+" members healthy"
+	switch {
+	case d.in.Finalizing:
+		readyReason = "Deleting"
+	case d.in.SpecErr != nil:
+		readyReason, readyMsg = "InvalidSpec", d.in.SpecErr.Error()
+	case !ready:
 		readyReason = "TooFewHealthy"
 	}
-	if d.in.Finalizing {
-		readyReason = "Deleting"
-	}
-	set(v1.PoolConditionReady, ready, readyReason,
-		strconv.Itoa(int(healthyActive))+" of "+strconv.Itoa(int(d.desired))+" members healthy")
+	set(v1.PoolConditionReady, ready, readyReason, readyMsg)
 	if d.progress != "" {
 		set(v1.PoolConditionProgressing, true, d.progress, "members are being added, drained or removed")
 		set(v1.PoolConditionReconciling, true, d.progress, "members are being added, drained or removed")

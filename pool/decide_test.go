@@ -698,3 +698,16 @@ func provisioningProxy(px *v1.Proxy) {
 	m := Member{Proxy: px}
 	provisioning(&m)
 }
+
+func TestInvalidSpecKeepsMembers(t *testing.T) {
+	p := newPool(1, withStatus(3))
+	ms := []Member{mem(p, 1), mem(p, 2, outdated), mem(p, 3, terminating)}
+	d := Decide(Input{Pool: p, Members: ms, SpecErr: fmt.Errorf("spec.template.spec.mode: pool members must be Managed"), Now: t0})
+	s := summarize(p, d)
+	if diff := cmp.Diff(summary{Children: []string{"#1", "#2"}, Desired: 3}, s); diff != "" {
+		t.Errorf("mismatch (-want +got):\n%s", diff)
+	}
+	if c := meta.FindStatusCondition(d.Status.Conditions, v1.PoolConditionReady); c == nil || c.Reason != "InvalidSpec" || c.Status != metav1.ConditionFalse {
+		t.Errorf("Ready = %+v, want False InvalidSpec", c)
+	}
+}

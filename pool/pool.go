@@ -37,6 +37,9 @@ type Input struct {
 	Denied int64
 	// Finalizing is true when the pool is being deleted.
 	Finalizing bool
+	// SpecErr says why the spec makes no sense though the body was well formed: members
+	// are then kept as they are, none is made or removed.
+	SpecErr error
 	// Now is the time of the sync.
 	Now time.Time
 }
