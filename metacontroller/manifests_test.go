@@ -138,11 +138,13 @@ type compositeController struct {
 			Resource       string         `json:"resource"`
 			UpdateStrategy map[string]any `json:"updateStrategy"`
 		} `json:"childResources"`
+		// Hooks: version sits beside webhook, as in Metacontroller's type Hook
+		// (metacontroller/metacontroller@v4.17.2:pkg/apis/metacontroller/v1alpha1/types.go).
 		Hooks map[string]struct {
+			Version string `json:"version"`
 			Webhook struct {
 				URL     string `json:"url"`
 				Timeout string `json:"timeout"`
-				Version string `json:"version"`
 			} `json:"webhook"`
 		} `json:"hooks"`
 	} `json:"spec"`
@@ -156,8 +158,10 @@ func TestEveryObjectParses(t *testing.T) {
 		"ClusterRole//proxy-operator",
 		"ClusterRoleBinding//proxy-operator",
 		"CompositeController//proxy-operator",
+		"CompositeController//proxy-operator-pools",
 		"ConfigMap/proxy-operator/" + providersCM,
 		"CustomResourceDefinition//proxies.crawl.example.com",
+		"CustomResourceDefinition//proxypools.crawl.example.com",
 		"Deployment/proxy-operator/" + deployment,
 		"Namespace//proxy-operator",
 		"NetworkPolicy/proxy-operator/proxy-operator",
@@ -369,8 +373,8 @@ func TestWiringAgrees(t *testing.T) {
 			if !served["POST "+u.Path] {
 				t.Errorf("%s url path %q is not a POST route of the hook server", name, u.Path)
 			}
-			if wh.Version != "v2" {
-				t.Errorf("%s webhook version = %q, want v2 (the server accepts v2 keys)", name, wh.Version)
+			if v := cc.Spec.Hooks[name].Version; v != "v2" {
+				t.Errorf("%s hook version = %q, want v2 (the server accepts v2 keys)", name, v)
 			}
 		}
 	})
