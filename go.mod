@@ -14,6 +14,7 @@ require (
 	google.golang.org/api v0.304.0
 	k8s.io/api v0.36.6
 	k8s.io/apimachinery v0.36.6
+	sigs.k8s.io/cli-utils v0.37.2
 	sigs.k8s.io/yaml v1.6.0
 )
 
