@@ -101,7 +101,7 @@ func BenchmarkPoolSync(b *testing.B) {
 	h := &Hooks{Load: load, Now: func() time.Time { return now }}
 	sync := func() time.Duration {
 		t0 := time.Now()
-		resp, err := h.Handle(context.Background(), "sync", body)
+		resp, _, err := h.Handle(context.Background(), "sync", body)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -42,8 +42,9 @@ type Hooks struct {
 	Events EventRecorder
 }
 
-// Handle answers one sync ("sync") or finalize ("finalize") call for a pool.
-func (h *Hooks) Handle(_ context.Context, hook string, body []byte) (*metacontroller.SyncResponse, error) {
+// Handle answers one sync ("sync") or finalize ("finalize") call for a pool. It also returns
+// what the decision was given (nil when the body was refused), for capture.
+func (h *Hooks) Handle(_ context.Context, hook string, body []byte) (*metacontroller.SyncResponse, *pool.Input, error) {
 	now := time.Now()
 	if h.Now != nil {
 		now = h.Now()
@@ -54,18 +55,18 @@ func (h *Hooks) Handle(_ context.Context, hook string, body []byte) (*metacontro
 	}
 	var req metacontroller.SyncRequest
 	if err := json.Unmarshal(body, &req); err != nil {
-		return nil, fmt.Errorf("%w: %s request: %s", ErrBadRequest, hook, jsonError(err))
+		return nil, nil, fmt.Errorf("%w: %s request: %s", ErrBadRequest, hook, jsonError(err))
 	}
 	if err := req.Validate(); err != nil {
-		return nil, fmt.Errorf("%w: %s request: %s", ErrBadRequest, hook, err.Error())
+		return nil, nil, fmt.Errorf("%w: %s request: %s", ErrBadRequest, hook, err.Error())
 	}
 	p, err := decodePool(req.Parent)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	members, err := decodeMembers(req.Children, p.Namespace)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	finalizing := req.Finalizing || hook == "finalize"
 	in := pool.Input{Pool: p, Finalizing: finalizing, Now: now}
@@ -91,7 +92,7 @@ func (h *Hooks) Handle(_ context.Context, hook string, body []byte) (*metacontro
 	for _, c := range d.Children {
 		b, err := json.Marshal(c)
 		if err != nil {
-			return nil, fmt.Errorf("pool %s: encoding member %s: %w", p.Key(), c.Metadata.Name, err)
+			return nil, nil, fmt.Errorf("pool %s: encoding member %s: %w", p.Key(), c.Metadata.Name, err)
 		}
 		children = append(children, b)
 	}
@@ -100,7 +101,7 @@ func (h *Hooks) Handle(_ context.Context, hook string, body []byte) (*metacontro
 		Children:           children,
 		ResyncAfterSeconds: d.ResyncAfter.Seconds(),
 		Finalized:          d.Finalized,
-	}, nil
+	}, &in, nil
 }
 
 // observe logs, counts and records the decision's changes.

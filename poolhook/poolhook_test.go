@@ -105,7 +105,7 @@ func TestHandleReadsLoadAndRecords(t *testing.T) {
 		Metrics: NewMetrics(reg),
 		Events:  &ev,
 	}
-	resp, err := h.Handle(context.Background(), "sync", body(t, parent, map[string]json.RawMessage{n1: c1, n2: c2}))
+	resp, _, err := h.Handle(context.Background(), "sync", body(t, parent, map[string]json.RawMessage{n1: c1, n2: c2}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,13 +132,13 @@ func TestHandleFinalizeDropsMetrics(t *testing.T) {
 	parent := poolJSON(t, 1, nil)
 	reg := prometheus.NewRegistry()
 	h := &Hooks{Now: func() time.Time { return now }, Metrics: NewMetrics(reg)}
-	if _, err := h.Handle(context.Background(), "sync", body(t, parent, nil)); err != nil {
+	if _, _, err := h.Handle(context.Background(), "sync", body(t, parent, nil)); err != nil {
 		t.Fatal(err)
 	}
 	if n := testutil.CollectAndCount(h.Metrics.members); n != 3 {
 		t.Fatalf("member series = %d, want 3", n)
 	}
-	resp, err := h.Handle(context.Background(), "finalize", body(t, parent, nil))
+	resp, _, err := h.Handle(context.Background(), "finalize", body(t, parent, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +168,7 @@ func TestHandleRejects(t *testing.T) {
 	h := &Hooks{Now: func() time.Time { return now }}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := h.Handle(context.Background(), "sync", []byte(tt.body))
+			_, _, err := h.Handle(context.Background(), "sync", []byte(tt.body))
 			if !errors.Is(err, ErrBadRequest) || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("err = %v, want ErrBadRequest containing %q", err, tt.want)
 			}
@@ -182,7 +182,7 @@ func TestInvalidSpecAnswersKeepingMembers(t *testing.T) {
 	})
 	n1, c1 := member(t, parent, 1)
 	h := &Hooks{Now: func() time.Time { return now }}
-	resp, err := h.Handle(context.Background(), "sync", body(t, parent, map[string]json.RawMessage{n1: c1}))
+	resp, _, err := h.Handle(context.Background(), "sync", body(t, parent, map[string]json.RawMessage{n1: c1}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,10 +15,11 @@ import (
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/fleet"
 	"github.com/proxy-operator/proxy-operator/lifecycle"
+	"github.com/proxy-operator/proxy-operator/poolhook"
 	"github.com/proxy-operator/proxy-operator/providers"
 	"github.com/proxy-operator/proxy-operator/providers/kubernetes"
 	"github.com/proxy-operator/proxy-operator/providers/mock"
-	"github.com/proxy-operator/proxy-operator/server"
+	"github.com/proxy-operator/proxy-operator/server/hooks"
 )
 
 // Result is what the real router answered and which provider calls it made.
@@ -38,7 +39,7 @@ func (m healthMap) Health(key string) lifecycle.Health {
 	return lifecycle.Health{State: lifecycle.HealthUnknown}
 }
 
-// Run replays c through a fresh server.Hooks router whose mock provider is seeded from
+// Run replays c through a fresh hooks.Hooks router whose mock provider is seeded from
 // c.State. log may be nil.
 func Run(c Case, log *slog.Logger) (Result, error) {
 	st := c.State
@@ -71,7 +72,7 @@ func Run(c Case, log *slog.Logger) (Result, error) {
 	default:
 		return Result{}, fmt.Errorf("fixture %s: %s: providerType %q: want mock or kubernetes", c.Dir, StateFile, st.ProviderType)
 	}
-	h := &server.Hooks{
+	h := &hooks.Hooks{
 		Providers:    providers.NewSet(entry),
 		Fleet:        fleet.New(clock, 0),
 		Health:       healthMap(st.Health),
@@ -82,7 +83,8 @@ func Run(c Case, log *slog.Logger) (Result, error) {
 	if hr := time.Duration(st.HealthResync); hr > 0 {
 		h.HealthResync = func(int, v1.HealthCheckSpec) time.Duration { return hr }
 	}
-	req := httptest.NewRequest(http.MethodPost, "/"+c.Hook, bytes.NewReader(c.Request))
+	h.Pools = &poolhook.Hooks{Load: poolLoad{st}, Now: clock, Log: log}
+	req := httptest.NewRequest(http.MethodPost, hookPath(c.Hook), bytes.NewReader(c.Request))
 	req.Header.Set("Content-Type", "application/json")
 	rec := httptest.NewRecorder()
 	h.Handler().ServeHTTP(rec, req)
@@ -92,6 +94,21 @@ func Run(c Case, log *slog.Logger) (Result, error) {
 	}
 	return Result{Code: rec.Code, Body: jsonBody(rec.Body.Bytes()), Calls: calls}, nil
 }
+
+// hookPath is the route of a hook: the pool hooks live under /pools/.
+func hookPath(hook string) string {
+	if rest, ok := strings.CutPrefix(hook, "pools-"); ok {
+		return "/pools/" + rest
+	}
+	return "/" + hook
+}
+
+// poolLoad is the lease store a fixture describes.
+type poolLoad struct{ st State }
+
+func (l poolLoad) ActiveByProxy() map[string]int  { return l.st.Leases }
+func (l poolLoad) CoolingByProxy() map[string]int { return l.st.Cooling }
+func (l poolLoad) Denied(pool string) int64       { return l.st.Denied[pool] }
 
 // jsonBody keeps a JSON body compact, and wraps anything else as a JSON string so a golden
 // file can always hold it.

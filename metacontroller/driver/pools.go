@@ -9,6 +9,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -459,13 +460,13 @@ func (ps *Pools) applyMembers(namespace, uid string, children []json.RawMessage)
 		if m, ok := observed[k]; ok && m.DeletionTimestamp != nil {
 			continue // Metacontroller leaves a child being deleted alone
 		}
-		if cur, ok := ps.Proxies.Get(k); ok {
-			if cur.Labels["controller-uid"] != uid {
-				return fmt.Errorf("child %s exists and belongs to another parent", k)
-			}
-			if maps.Equal(cur.Labels, px.Labels) && maps.Equal(cur.Annotations, px.Annotations) && jsonEqual(cur.Spec, px.Spec) {
+		if cur, ok := observed[k]; ok {
+			if maps.Equal(cur.Labels, px.Labels) && maps.Equal(cur.Annotations, px.Annotations) &&
+				(reflect.DeepEqual(cur.Spec, px.Spec) || jsonEqual(cur.Spec, px.Spec)) {
 				continue // an apply that changes nothing is no update
 			}
+		} else if _, taken := ps.Proxies.Get(k); taken {
+			return fmt.Errorf("child %s exists and belongs to another parent", k)
 		}
 		if err := ps.Proxies.Apply(px); err != nil {
 			return err

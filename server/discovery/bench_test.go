@@ -1,0 +1,222 @@
+package discovery
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/proxy-operator/proxy-operator/server/httpx"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/proxy-operator/proxy-operator/fleet"
+	"github.com/proxy-operator/proxy-operator/lease"
+	"github.com/proxy-operator/proxy-operator/lifecycle"
+)
+
+// benchHealth is a fixed verdict per key behind a read lock, as the real prober serves it.
+type benchHealth struct {
+	mu sync.RWMutex
+	m  map[string]lifecycle.Health
+}
+
+func (h *benchHealth) Health(key string) lifecycle.Health {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return h.m[key]
+}
+
+const benchToken = "bench-token"
+
+// benchServer starts the discovery server for n proxies on loopback, with the production
+// server settings and auth on. Paths under /noop go to a router with the same auth middleware
+// whose handlers only read the body and answer a fixed lease-shaped JSON: the floor that HTTP,
+// routing, auth and JSON cost on this stack.
+func benchServer(b *testing.B, n int) (base string, stop func()) {
+	b.Helper()
+	view := fleet.New(time.Now, 0)
+	health := &benchHealth{m: map[string]lifecycle.Health{}}
+	geos := []string{"eu", "us", "asia", "sa", "af"}
+	for i := range n {
+		key := fmt.Sprintf("crawl/p%05d", i)
+		view.Upsert(fleet.Proxy{Key: key, UID: key, IP: fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255), Port: 3128,
+			Attributes: map[string]string{"geo": geos[i%len(geos)], "purpose": []string{"crawl", "scrape"}[i/len(geos)%2]},
+			MaxLeases:  4, Phase: "Ready"})
+		health.m[key] = lifecycle.Health{State: lifecycle.HealthHealthy, LatencyMillis: int64(20 + i*7919%300)}
+	}
+	store := lease.NewMemory(lease.Config{Fleet: view, Health: health})
+	d := &Discovery{Fleet: view, Health: health, Leases: store, Token: benchToken,
+		Log: slog.New(slog.DiscardHandler), Registerer: prometheus.NewRegistry()}
+	leases := d.Handler()
+
+	noop := chi.NewRouter()
+	noop.Use(d.auth)
+	noop.Post("/noop/v1/leases", d.serve(func(w http.ResponseWriter, r *http.Request) error {
+		if _, err := httpx.ReadBody(w, r, d.MaxBodyBytes); err != nil {
+			return err
+		}
+		httpx.WriteJSON(w, http.StatusOK, map[string]any{"leaseID": "0123456789abcdef0123456789abcdef", "expiresAt": time.Now().UTC()})
+		return nil
+	}))
+	noop.Delete("/noop/v1/leases/{id}", d.serve(func(w http.ResponseWriter, _ *http.Request) error {
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	}))
+
+	srv := d.Server("")
+	srv.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/noop/") {
+			noop.ServeHTTP(w, r)
+			return
+		}
+		leases.ServeHTTP(w, r)
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { _ = store.Run(ctx) }()
+	go func() { _ = srv.Serve(ln) }()
+	return "http://" + ln.Addr().String(), func() {
+		cancel()
+		_ = srv.Close()
+	}
+}
+
+// cycles runs clients concurrent lease+release cycles (two requests each) against prefix for
+// d and returns the cycles completed and each cycle's duration.
+func cycles(b *testing.B, client *http.Client, base, prefix string, clients int, d time.Duration) []time.Duration {
+	b.Helper()
+	bodies := []string{`{"selector":{"geo":"eu"},"ttlSeconds":60}`, `{"selector":{"geo":"us","purpose":"crawl"},"ttlSeconds":60}`,
+		`{"ttlSeconds":60,"target":"example.com"}`, `{"selector":{"purpose":"scrape"},"ttlSeconds":60,"sessionKey":"s%d"}`}
+	var mu sync.Mutex
+	var all []time.Duration
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(d)
+	errs := make(chan error, clients)
+	for c := range clients {
+		wg.Go(func() {
+			var mine []time.Duration
+			for i := 0; time.Now().Before(deadline); i++ {
+				body := bodies[(c+i)%len(bodies)]
+				if strings.Contains(body, "%d") {
+					body = fmt.Sprintf(body, c)
+				}
+				t0 := time.Now()
+				id, err := benchDo(client, http.MethodPost, base+prefix+"/v1/leases", body, http.StatusOK)
+				if err == nil {
+					_, err = benchDo(client, http.MethodDelete, base+prefix+"/v1/leases/"+id, "", http.StatusNoContent)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				mine = append(mine, time.Since(t0))
+			}
+			mu.Lock()
+			all = append(all, mine...)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+	return all
+}
+
+func benchDo(client *http.Client, method, url, body string, want int) (string, error) {
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Authorization", "Bearer "+benchToken)
+	res, err := client.Do(req)
+	if err != nil {
+		return "", err
+	}
+	b, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	if err != nil {
+		return "", err
+	}
+	if res.StatusCode != want {
+		return "", fmt.Errorf("%s %s: %d %s", method, url, res.StatusCode, b)
+	}
+	if method != http.MethodPost {
+		return "", nil
+	}
+	var l struct {
+		LeaseID string `json:"leaseID"`
+	}
+	if err := json.NewDecoder(bytes.NewReader(b)).Decode(&l); err != nil {
+		return "", err
+	}
+	return l.LeaseID, nil
+}
+
+func quantile(ds []time.Duration, q float64) float64 {
+	slices.Sort(ds)
+	return float64(ds[int(q*float64(len(ds)-1))].Microseconds()) / 1000
+}
+
+// BenchmarkDiscoveryLease measures lease+release cycles per second with 64 concurrent clients
+// over real HTTP on loopback, for 1,000 and 10,000 proxies, against cycles of two requests to
+// the no-op handlers on the same server in the same run. Each iteration is one round of a
+// no-op phase then a lease phase (DISCOVERY_BENCH_PHASE each, default 2s); run it with
+// -benchtime 3x. lease/noop is the ratio of cycle rates.
+func BenchmarkDiscoveryLease(b *testing.B) {
+	phase := 2 * time.Second
+	if s := os.Getenv("DISCOVERY_BENCH_PHASE"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			b.Fatalf("DISCOVERY_BENCH_PHASE=%q: %v", s, err)
+		}
+		phase = d
+	}
+	const clients = 64
+	for _, n := range []int{1000, 10000} {
+		b.Run(fmt.Sprintf("proxies=%d", n), func(b *testing.B) {
+			base, stop := benchServer(b, n)
+			defer stop()
+			tr := &http.Transport{MaxIdleConns: 2 * clients, MaxIdleConnsPerHost: 2 * clients, IdleConnTimeout: time.Minute}
+			defer tr.CloseIdleConnections()
+			client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+			cycles(b, client, base, "", clients, phase/4) // warm connections and the index
+			var noopD, leaseD []time.Duration
+			var noopT, leaseT time.Duration
+			for b.Loop() {
+				noopD = append(noopD, cycles(b, client, base, "/noop", clients, phase)...)
+				noopT += phase
+				leaseD = append(leaseD, cycles(b, client, base, "", clients, phase)...)
+				leaseT += phase
+			}
+			noopRate := float64(len(noopD)) / noopT.Seconds()
+			leaseRate := float64(len(leaseD)) / leaseT.Seconds()
+			b.ReportMetric(leaseRate, "lease-cycles/s")
+			b.ReportMetric(noopRate, "noop-cycles/s")
+			b.ReportMetric(leaseRate/noopRate, "lease/noop")
+			b.ReportMetric(quantile(leaseD, 0.99), "lease-p99-ms")
+			b.ReportMetric(quantile(noopD, 0.99), "noop-p99-ms")
+			b.ReportMetric(quantile(leaseD, 0.5), "lease-p50-ms")
+		})
+	}
+}

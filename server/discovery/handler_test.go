@@ -1,0 +1,567 @@
+package discovery_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/proxy-operator/proxy-operator/fleet"
+	"github.com/proxy-operator/proxy-operator/internal/clocktest"
+	"github.com/proxy-operator/proxy-operator/lease"
+	"github.com/proxy-operator/proxy-operator/lifecycle"
+	"github.com/proxy-operator/proxy-operator/server/discovery"
+)
+
+const discToken = "s3cret-token-value"
+
+// discHealth is a settable verdict per key; absent keys are Unknown.
+type discHealth struct {
+	mu sync.RWMutex
+	m  map[string]lifecycle.Health
+}
+
+func (f *discHealth) Health(key string) lifecycle.Health {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if h, ok := f.m[key]; ok {
+		return h
+	}
+	return lifecycle.Health{State: lifecycle.HealthUnknown}
+}
+
+func (f *discHealth) set(key string, s lifecycle.HealthState, latency int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.m[key] = lifecycle.Health{State: s, LatencyMillis: latency}
+}
+
+type discFixture struct {
+	clock  *clocktest.Clock
+	view   *fleet.View
+	health *discHealth
+	store  *lease.Memory
+	reg    *prometheus.Registry
+	srv    *httptest.Server
+	logs   *bytes.Buffer
+}
+
+type discOpts struct {
+	token  string
+	warmup time.Duration
+}
+
+func newDiscFixture(t testing.TB, o discOpts) *discFixture {
+	t.Helper()
+	clock := clocktest.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	f := &discFixture{
+		clock:  clock,
+		view:   fleet.New(clock.Now, o.warmup),
+		health: &discHealth{m: map[string]lifecycle.Health{}},
+		reg:    prometheus.NewRegistry(),
+		logs:   &bytes.Buffer{},
+	}
+	f.store = lease.NewMemory(lease.Config{Fleet: f.view, Health: f.health, Now: clock.Now})
+	var mu sync.Mutex
+	d := &discovery.Discovery{
+		Fleet: f.view, Health: f.health, Leases: f.store, Token: o.token, Now: clock.Now, Registerer: f.reg,
+		Log: slog.New(slog.NewTextHandler(lockedWriter{&mu, f.logs}, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	}
+	f.srv = httptest.NewServer(d.Handler())
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func (f *discFixture) add(name string, attrs map[string]string, max int32, state lifecycle.HealthState, latency int64) {
+	key := "crawl/" + name
+	f.view.Upsert(fleet.Proxy{Key: key, UID: name, IP: "10.1.0." + name[len(name)-1:], Port: 3128, Attributes: attrs, MaxLeases: max, Phase: "Ready"})
+	f.health.set(key, state, latency)
+}
+
+type resp struct {
+	code   int
+	header http.Header
+	body   []byte
+}
+
+func (f *discFixture) do(t testing.TB, method, path, token, body string) resp {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, f.srv.URL+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	res, err := f.srv.Client().Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp{res.StatusCode, res.Header, b}
+}
+
+func decodeAs[T any](t testing.TB, r resp) T {
+	t.Helper()
+	var v T
+	if err := json.Unmarshal(r.body, &v); err != nil {
+		t.Fatalf("decode %s: %v", r.body, err)
+	}
+	return v
+}
+
+type discProxy struct {
+	ID            string            `json:"id"`
+	IP            string            `json:"ip"`
+	Port          int32             `json:"port"`
+	Attributes    map[string]string `json:"attributes"`
+	Phase         string            `json:"phase"`
+	Healthy       bool              `json:"healthy"`
+	LatencyMillis int64             `json:"latencyMillis"`
+	ActiveLeases  int               `json:"activeLeases"`
+	MaxLeases     int32             `json:"maxLeases"`
+}
+
+type discList struct {
+	Complete   bool        `json:"complete"`
+	CompleteAt *time.Time  `json:"completeAt"`
+	Count      int         `json:"count"`
+	Proxies    []discProxy `json:"proxies"`
+}
+
+type discLease struct {
+	LeaseID   string    `json:"leaseID"`
+	Proxy     discProxy `json:"proxy"`
+	ExpiresAt time.Time `json:"expiresAt"`
+}
+
+type discError struct {
+	Error            string `json:"error"`
+	Matching         int    `json:"matching"`
+	Unhealthy        int    `json:"unhealthy"`
+	AtCapacity       int    `json:"atCapacity"`
+	CoolingForTarget int    `json:"coolingForTarget"`
+}
+
+func TestDiscoveryAuth(t *testing.T) {
+	f := newDiscFixture(t, discOpts{token: discToken})
+	f.add("p1", nil, 5, lifecycle.HealthHealthy, 10)
+	tests := []struct {
+		name, method, path, header string
+		want                       int
+	}{
+		{"no header", "GET", "/v1/proxies", "", 401},
+		{"wrong token", "GET", "/v1/proxies", "Bearer nope", 401},
+		{"token prefix", "GET", "/v1/proxies", "Bearer " + discToken[:5], 401},
+		{"basic scheme", "GET", "/v1/proxies", "Basic " + discToken, 401},
+		{"bare token", "GET", "/v1/proxies", discToken, 401},
+		{"lease without token", "POST", "/v1/leases", "", 401},
+		{"release without token", "DELETE", "/v1/leases/x", "", 401},
+		{"renew without token", "POST", "/v1/leases/x/renew", "", 401},
+		{"report without token", "POST", "/v1/leases/x/report", "", 401},
+		{"unknown v1 path without token", "GET", "/v1/secrets", "", 401},
+		{"right token", "GET", "/v1/proxies", "Bearer " + discToken, 200},
+		{"scheme case-insensitive", "GET", "/v1/proxies", "bearer " + discToken, 200},
+		{"healthz open", "GET", "/healthz", "", 200},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest(tc.method, f.srv.URL+tc.path, nil)
+			if tc.header != "" {
+				req.Header.Set("Authorization", tc.header)
+			}
+			res, err := f.srv.Client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if res.StatusCode != tc.want {
+				t.Fatalf("status %d, want %d (%s)", res.StatusCode, tc.want, b)
+			}
+			if tc.want == 401 {
+				if e := decodeAs[discError](t, resp{body: b}); !strings.Contains(e.Error, "bearer token") {
+					t.Errorf("401 body %s does not say what is wrong", b)
+				}
+			}
+		})
+	}
+	// Path tricks never reach a /v1 handler without the token.
+	for _, path := range []string{"//v1/proxies", "/v1//proxies", "/%761/proxies", "/healthz/../v1/proxies", "/./v1/proxies", "/V1/proxies"} {
+		req, _ := http.NewRequest("GET", f.srv.URL+path, nil)
+		req.URL.Opaque = path // keep the path as written
+		res, err := f.srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode == http.StatusOK {
+			t.Errorf("GET %s without a token: 200 %s", path, b)
+		}
+	}
+	if got := f.store.ActiveCount(); got != 0 {
+		t.Errorf("unauthenticated requests changed state: %d leases", got)
+	}
+	if strings.Contains(f.logs.String(), discToken) || strings.Contains(f.logs.String(), discToken[:5]) {
+		t.Errorf("the token reached the logs:\n%s", f.logs)
+	}
+}
+
+func TestDiscoveryAuthOff(t *testing.T) {
+	f := newDiscFixture(t, discOpts{})
+	if r := f.do(t, "GET", "/v1/proxies", "", ""); r.code != 200 {
+		t.Fatalf("status %d with auth off, want 200", r.code)
+	}
+	if !strings.Contains(f.logs.String(), "level=WARN") || !strings.Contains(f.logs.String(), "AUTH DISABLED") {
+		t.Errorf("no loud warning when auth is off; logs:\n%s", f.logs)
+	}
+}
+
+func TestDiscoveryList(t *testing.T) {
+	f := newDiscFixture(t, discOpts{token: discToken})
+	eu := map[string]string{"geo": "eu", "purpose": "crawl"}
+	f.add("p1", eu, 5, lifecycle.HealthHealthy, 10)
+	f.add("p2", eu, 5, lifecycle.HealthUnhealthy, 0)
+	f.add("p3", map[string]string{"geo": "us"}, 0, lifecycle.HealthHealthy, 30)
+	f.add("p4", nil, 1, lifecycle.HealthUnknown, 0)
+	f.do(t, "POST", "/v1/leases", discToken, `{"selector":{"geo":"eu"}}`)
+
+	p1 := discProxy{ID: "crawl/p1", IP: "10.1.0.1", Port: 3128, Attributes: eu, Phase: "Ready", Healthy: true, LatencyMillis: 10, ActiveLeases: 1, MaxLeases: 5}
+	p2 := discProxy{ID: "crawl/p2", IP: "10.1.0.2", Port: 3128, Attributes: eu, Phase: "Ready", MaxLeases: 5}
+	p3 := discProxy{ID: "crawl/p3", IP: "10.1.0.3", Port: 3128, Attributes: map[string]string{"geo": "us"}, Phase: "Ready", Healthy: true, LatencyMillis: 30}
+	p4 := discProxy{ID: "crawl/p4", IP: "10.1.0.4", Port: 3128, Attributes: map[string]string{}, Phase: "Ready", MaxLeases: 1}
+	tests := []struct {
+		query string
+		want  []discProxy
+	}{
+		{"", []discProxy{p1, p2, p3, p4}},
+		{"?attr.geo=eu", []discProxy{p1, p2}},
+		{"?attr.geo=eu&attr.purpose=crawl&healthy=true", []discProxy{p1}},
+		{"?attr.geo=eu&healthy=false", []discProxy{p2}},
+		{"?healthy=true", []discProxy{p1, p3}},
+		{"?attr.geo=mars", []discProxy{}},
+		{"?attr.purpose=crawl&attr.geo=us", []discProxy{}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.query, func(t *testing.T) {
+			r := f.do(t, "GET", "/v1/proxies"+tc.query, discToken, "")
+			if r.code != 200 {
+				t.Fatalf("status %d: %s", r.code, r.body)
+			}
+			want := discList{Complete: true, Count: len(tc.want), Proxies: tc.want}
+			if diff := cmp.Diff(want, decodeAs[discList](t, r)); diff != "" {
+				t.Errorf("list mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestDiscoveryWarmup: right after a restart the view may be partial; the list says so and
+// leasing waits.
+func TestDiscoveryWarmup(t *testing.T) {
+	f := newDiscFixture(t, discOpts{token: discToken, warmup: 90 * time.Second})
+	f.add("p1", nil, 5, lifecycle.HealthHealthy, 10)
+	f.clock.Advance(30 * time.Second)
+
+	r := f.do(t, "GET", "/v1/proxies", discToken, "")
+	l := decodeAs[discList](t, r)
+	if r.code != 200 || l.Complete || l.CompleteAt == nil || r.header.Get("Retry-After") != "60" {
+		t.Errorf("list during warmup: status %d complete %v completeAt %v Retry-After %q; want 200, false, set, 60",
+			r.code, l.Complete, l.CompleteAt, r.header.Get("Retry-After"))
+	}
+	r = f.do(t, "POST", "/v1/leases", discToken, `{}`)
+	if r.code != 503 || r.header.Get("Retry-After") != "60" {
+		t.Errorf("lease during warmup: status %d Retry-After %q, want 503 and 60 (%s)", r.code, r.header.Get("Retry-After"), r.body)
+	}
+	if n := f.store.ActiveCount(); n != 0 {
+		t.Errorf("%d leases granted during warmup", n)
+	}
+	f.clock.Advance(60 * time.Second)
+	if r := f.do(t, "POST", "/v1/leases", discToken, `{}`); r.code != 200 {
+		t.Errorf("lease after warmup: status %d (%s)", r.code, r.body)
+	}
+	if l := decodeAs[discList](t, f.do(t, "GET", "/v1/proxies", discToken, "")); !l.Complete || l.CompleteAt != nil {
+		t.Errorf("list after warmup: complete %v completeAt %v", l.Complete, l.CompleteAt)
+	}
+}
+
+func TestDiscoveryLeaseLifecycle(t *testing.T) {
+	f := newDiscFixture(t, discOpts{token: discToken})
+	f.add("p1", nil, 5, lifecycle.HealthHealthy, 10)
+	f.add("p2", nil, 5, lifecycle.HealthHealthy, 20)
+
+	r := f.do(t, "POST", "/v1/leases", discToken, `{"ttlSeconds": 60, "target": "Example.COM"}`)
+	if r.code != 200 {
+		t.Fatalf("lease: status %d (%s)", r.code, r.body)
+	}
+	l := decodeAs[discLease](t, r)
+	want := discLease{LeaseID: l.LeaseID, ExpiresAt: f.clock.Now().Add(time.Minute),
+		Proxy: discProxy{ID: "crawl/p1", IP: "10.1.0.1", Port: 3128, Attributes: map[string]string{}, Phase: "Ready", Healthy: true, LatencyMillis: 10, ActiveLeases: 1, MaxLeases: 5}}
+	if diff := cmp.Diff(want, l); diff != "" || len(l.LeaseID) < 32 {
+		t.Errorf("lease mismatch (-want +got):\n%s (id %q)", diff, l.LeaseID)
+	}
+
+	f.clock.Advance(50 * time.Second)
+	r = f.do(t, "POST", "/v1/leases/"+l.LeaseID+"/renew", discToken, "")
+	if got := decodeAs[discLease](t, r); r.code != 200 || !got.ExpiresAt.Equal(f.clock.Now().Add(time.Minute)) {
+		t.Errorf("renew with its own TTL: status %d expiresAt %s, want 200 and %s", r.code, got.ExpiresAt, f.clock.Now().Add(time.Minute))
+	}
+	r = f.do(t, "POST", "/v1/leases/"+l.LeaseID+"/renew", discToken, `{"ttlSeconds": 600}`)
+	if got := decodeAs[discLease](t, r); r.code != 200 || !got.ExpiresAt.Equal(f.clock.Now().Add(10*time.Minute)) {
+		t.Errorf("renew for 600 s: status %d expiresAt %s", r.code, got.ExpiresAt)
+	}
+
+	r = f.do(t, "POST", "/v1/leases/"+l.LeaseID+"/report", discToken, `{"result": "rate_limited", "target": "example.com", "retryAfterSeconds": 3600}`)
+	var rep struct {
+		ProxyID       string    `json:"proxyID"`
+		CooldownUntil time.Time `json:"cooldownUntil"`
+	}
+	if err := json.Unmarshal(r.body, &rep); r.code != 200 || err != nil || rep.ProxyID != "crawl/p1" || !rep.CooldownUntil.Equal(f.clock.Now().Add(time.Hour)) {
+		t.Errorf("report: status %d body %s; want cooldown for crawl/p1 until %s", r.code, r.body, f.clock.Now().Add(time.Hour))
+	}
+	// p1 cools for example.com (the target was lower-cased on the way in), not for others.
+	for _, tc := range []struct{ target, want string }{{"example.com", "crawl/p2"}, {"other.org", "crawl/p1"}, {"other.org", "crawl/p2"}} {
+		r := f.do(t, "POST", "/v1/leases", discToken, `{"target": "`+tc.target+`"}`)
+		if got := decodeAs[discLease](t, r).Proxy.ID; r.code != 200 || got != tc.want {
+			t.Errorf("lease for %s: status %d proxy %s, want %s", tc.target, r.code, got, tc.want)
+		}
+	}
+
+	for i := range 2 {
+		if r := f.do(t, "DELETE", "/v1/leases/"+l.LeaseID, discToken, ""); r.code != 204 || len(r.body) != 0 {
+			t.Errorf("release #%d: status %d body %q, want 204 and none", i, r.code, r.body)
+		}
+	}
+	if r := f.do(t, "DELETE", "/v1/leases/never-existed", discToken, ""); r.code != 204 {
+		t.Errorf("release of an unknown lease: status %d, want 204", r.code)
+	}
+	for path, body := range map[string]string{"/renew": "", "/report": `{"result":"ok","target":"x.org"}`} {
+		r := f.do(t, "POST", "/v1/leases/"+l.LeaseID+path, discToken, body)
+		if r.code != 404 || !strings.Contains(decodeAs[discError](t, r).Error, "lease not found") {
+			t.Errorf("%s after release: status %d (%s), want 404", path, r.code, r.body)
+		}
+	}
+}
+
+func TestDiscoverySticky(t *testing.T) {
+	f := newDiscFixture(t, discOpts{token: discToken})
+	f.add("p1", nil, 5, lifecycle.HealthHealthy, 10)
+	f.add("p2", nil, 5, lifecycle.HealthHealthy, 20)
+	lease := func(body string) string {
+		r := f.do(t, "POST", "/v1/leases", discToken, body)
+		if r.code != 200 {
+			t.Fatalf("lease %s: %d %s", body, r.code, r.body)
+		}
+		return decodeAs[discLease](t, r).Proxy.ID
+	}
+	first := lease(`{"sessionKey": "user-42"}`)
+	for range 3 {
+		if got := lease(`{"sessionKey": "user-42"}`); got != first {
+			t.Fatalf("sticky session moved from %s to %s", first, got)
+		}
+	}
+	f.health.set(first, lifecycle.HealthUnhealthy, 0)
+	if got := lease(`{"sessionKey": "user-42"}`); got == first {
+		t.Errorf("sticky session kept unhealthy %s", got)
+	}
+}
+
+func TestDiscoveryConflict(t *testing.T) {
+	f := newDiscFixture(t, discOpts{token: discToken})
+	eu := map[string]string{"geo": "eu"}
+	f.add("p1", eu, 1, lifecycle.HealthHealthy, 10)
+	f.add("p2", eu, 2, lifecycle.HealthUnhealthy, 0)
+	f.add("p3", eu, 2, lifecycle.HealthHealthy, 10)
+	f.add("p4", map[string]string{"geo": "us"}, 2, lifecycle.HealthHealthy, 10)
+	l1 := decodeAs[discLease](t, f.do(t, "POST", "/v1/leases", discToken, `{"selector":{"geo":"eu"}}`))
+	l3 := decodeAs[discLease](t, f.do(t, "POST", "/v1/leases", discToken, `{"selector":{"geo":"eu"}}`))
+	if l1.Proxy.ID != "crawl/p1" || l3.Proxy.ID != "crawl/p3" {
+		t.Fatalf("setup leases on %s and %s, want p1 and p3", l1.Proxy.ID, l3.Proxy.ID)
+	}
+	if r := f.do(t, "POST", "/v1/leases/"+l3.LeaseID+"/report", discToken, `{"result":"banned","target":"shop.example"}`); r.code != 200 {
+		t.Fatalf("report: %d %s", r.code, r.body)
+	}
+	tests := []struct {
+		name, body string
+		want       discError
+	}{
+		{"no match", `{"selector":{"geo":"mars"}}`, discError{Error: "no proxy matches the selector"}},
+		{"all unavailable", `{"selector":{"geo":"eu"},"target":"shop.example"}`, discError{
+			Error: "none of the 3 proxies matching the selector can be leased: 1 unhealthy, 1 at capacity, 1 cooling down for shop.example", Matching: 3, Unhealthy: 1, AtCapacity: 1, CoolingForTarget: 1}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := f.do(t, "POST", "/v1/leases", discToken, tc.body)
+			if r.code != 409 {
+				t.Fatalf("status %d (%s), want 409", r.code, r.body)
+			}
+			if diff := cmp.Diff(tc.want, decodeAs[discError](t, r)); diff != "" {
+				t.Errorf("409 body mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+	if got := counterValue(t, f.reg, "proxy_operator_lease_requests_total", "no_match"); got != 2 {
+		t.Errorf("no_match count %v, want 2", got)
+	}
+	if got := counterValue(t, f.reg, "proxy_operator_lease_requests_total", "granted"); got != 2 {
+		t.Errorf("granted count %v, want 2", got)
+	}
+	if got := gaugeValue(t, f.reg, "proxy_operator_leases_active"); got != 2 {
+		t.Errorf("leases_active %v, want 2", got)
+	}
+}
+
+// counterValue finds one series of a counter by its single label value in the registry.
+func counterValue(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if len(m.GetLabel()) != 1 {
+				t.Fatalf("%s has labels %v: want one, low-cardinality", name, m.GetLabel())
+			}
+			if m.GetLabel()[0].GetValue() == label {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	t.Fatalf("%s{%s} not registered", name, label)
+	return 0
+}
+
+func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("%s not registered", name)
+	return 0
+}
+
+// TestDiscoveryBadInput: every malformed request is a JSON 4xx naming the problem and changes
+// nothing: no lease, no cooldown, no counter.
+func TestDiscoveryBadInput(t *testing.T) {
+	f := newDiscFixture(t, discOpts{token: discToken})
+	f.add("p1", nil, 5, lifecycle.HealthHealthy, 10)
+	f.add("p2", nil, 5, lifecycle.HealthHealthy, 20)
+	held := decodeAs[discLease](t, f.do(t, "POST", "/v1/leases", discToken, `{}`))
+	if held.Proxy.ID != "crawl/p1" {
+		t.Fatalf("setup lease on %s", held.Proxy.ID)
+	}
+	report := "/v1/leases/" + held.LeaseID + "/report"
+	renew := "/v1/leases/" + held.LeaseID + "/renew"
+	tests := []struct {
+		name, method, path, body string
+		code                     int
+		says                     string
+	}{
+		{"malformed JSON", "POST", "/v1/leases", `{"ttlSeconds": `, 400, "malformed JSON"},
+		{"trailing garbage", "POST", "/v1/leases", `{} {}`, 400, "malformed JSON"},
+		{"not an object", "POST", "/v1/leases", `[1]`, 400, "want discovery.acquireRequest"},
+		{"unknown field", "POST", "/v1/leases", `{"ttl": 30}`, 400, `unknown field "ttl"`},
+		{"ttl zero", "POST", "/v1/leases", `{"ttlSeconds": 0}`, 400, "ttlSeconds 0 out of range 1..3600"},
+		{"ttl negative", "POST", "/v1/leases", `{"ttlSeconds": -5}`, 400, "ttlSeconds -5 out of range"},
+		{"ttl huge", "POST", "/v1/leases", `{"ttlSeconds": 9999999999}`, 400, "out of range"},
+		{"ttl overflow", "POST", "/v1/leases", `{"ttlSeconds": 1e40}`, 400, "field ttlSeconds"},
+		{"ttl fraction", "POST", "/v1/leases", `{"ttlSeconds": 1.5}`, 400, "field ttlSeconds"},
+		{"ttl string", "POST", "/v1/leases", `{"ttlSeconds": "300"}`, 400, "field ttlSeconds"},
+		{"selector not strings", "POST", "/v1/leases", `{"selector": {"geo": ["eu"]}}`, 400, "field selector"},
+		{"selector syntax", "POST", "/v1/leases", `{"selector": {"geo!": "eu"}}`, 400, "unsupported selector syntax"},
+		{"selector set syntax", "POST", "/v1/leases", `{"selector": {"geo in (eu,us)": ""}}`, 400, "unsupported selector syntax"},
+		{"target a URL", "POST", "/v1/leases", `{"target": "https://example.com/x"}`, 400, "not a URL"},
+		{"oversized", "POST", "/v1/leases", `{"sessionKey": "` + strings.Repeat("a", 70<<10) + `"}`, 413, "exceeds 65536 bytes"},
+		{"session key too long", "POST", "/v1/leases", `{"sessionKey": "` + strings.Repeat("a", 300) + `"}`, 400, "sessionKey longer"},
+		{"renew ttl negative", "POST", renew, `{"ttlSeconds": -1}`, 400, "out of range"},
+		{"renew unknown field", "POST", renew, `{"ttlSecs": 10}`, 400, "unknown field"},
+		{"report unknown result", "POST", report, `{"result": "captcha", "target": "x.org"}`, 400, `result "captcha"`},
+		{"report no result", "POST", report, `{"target": "x.org"}`, 400, `result ""`},
+		{"report missing target", "POST", report, `{"result": "banned"}`, 400, "target is required"},
+		{"report empty body", "POST", report, ``, 400, "empty body"},
+		{"report negative retry", "POST", report, `{"result": "banned", "target": "x.org", "retryAfterSeconds": -3}`, 400, "retryAfterSeconds -3"},
+		{"report huge retry", "POST", report, `{"result": "banned", "target": "x.org", "retryAfterSeconds": 99999999}`, 400, "retryAfterSeconds 99999999"},
+		{"report unknown field", "POST", report, `{"result": "banned", "target": "x.org", "why": "x"}`, 400, "unknown field"},
+		{"list unknown param", "GET", "/v1/proxies?geo=eu", "", 400, `unknown query parameter "geo"`},
+		{"list healthy maybe", "GET", "/v1/proxies?healthy=maybe", "", 400, "healthy"},
+		{"list attr twice", "GET", "/v1/proxies?attr.geo=eu&attr.geo=us", "", 400, "given 2 times"},
+		{"list empty attr key", "GET", "/v1/proxies?attr.=eu", "", 400, "attribute key"},
+		{"list selector syntax", "GET", "/v1/proxies?attr.geo!=eu", "", 400, "unsupported selector syntax"},
+		{"wrong method on leases", "GET", "/v1/leases", "", 405, "method GET not allowed"},
+		{"wrong method on lease", "PUT", "/v1/leases/" + held.LeaseID, `{}`, 405, "method PUT not allowed"},
+		{"wrong method on renew", "GET", renew, "", 405, "not allowed"},
+		{"wrong method on proxies", "POST", "/v1/proxies", `{}`, 405, "not allowed"},
+		{"unknown route", "GET", "/v1/leases/x/y/z", "", 404, "no route"},
+	}
+	before := f.store.ActiveByProxy()
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := f.do(t, tc.method, tc.path, discToken, tc.body)
+			if r.code != tc.code {
+				t.Fatalf("status %d (%s), want %d", r.code, r.body, tc.code)
+			}
+			if ct := r.header.Get("Content-Type"); ct != "application/json" {
+				t.Errorf("Content-Type %q, want application/json", ct)
+			}
+			if e := decodeAs[discError](t, r); !strings.Contains(e.Error, tc.says) {
+				t.Errorf("error %q does not say %q", e.Error, tc.says)
+			}
+		})
+	}
+	if diff := cmp.Diff(before, f.store.ActiveByProxy()); diff != "" {
+		t.Errorf("bad input changed the leases (-before +after):\n%s", diff)
+	}
+	// No cooldown was recorded: the held lease's proxy is still offered for x.org, and its
+	// expiry did not move.
+	l := decodeAs[discLease](t, f.do(t, "POST", "/v1/leases", discToken, `{"target":"x.org"}`))
+	l2 := decodeAs[discLease](t, f.do(t, "POST", "/v1/leases", discToken, `{"target":"x.org"}`))
+	if l.Proxy.ID != "crawl/p2" || l2.Proxy.ID != "crawl/p1" {
+		t.Errorf("after bad reports leases went to %s, %s; want p2 then p1 (no cooldown)", l.Proxy.ID, l2.Proxy.ID)
+	}
+	f.clock.Advance(discovery.DefaultLeaseTTL)
+	if r := f.do(t, "POST", renew, discToken, ""); r.code != 404 {
+		t.Errorf("the held lease outlived its TTL after bad renewals: status %d", r.code)
+	}
+	if got := counterValue(t, f.reg, "proxy_operator_lease_requests_total", "no_match"); got != 0 {
+		t.Errorf("no_match counted %v for bad input", got)
+	}
+}

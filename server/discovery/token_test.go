@@ -1,0 +1,60 @@
+package discovery_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/proxy-operator/proxy-operator/server/discovery"
+)
+
+func TestDiscoveryToken(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		t.Helper()
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	secret := write("token", "from-file\n")
+	empty := write("empty", " \n")
+	tests := []struct {
+		name, env, file string
+		want, wantErr   string
+	}{
+		{name: "env only", env: "from-env", want: "from-env"},
+		{name: "neither: auth off", want: ""},
+		{name: "file wins over env", env: "from-env", file: secret, want: "from-file"},
+		{name: "empty file is an error", env: "from-env", file: empty, wantErr: "is empty"},
+		{name: "missing file is an error", file: filepath.Join(dir, "nope"), wantErr: "no such file"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := discovery.Token(tc.env, tc.file)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err %v, want one saying %q", err, tc.wantErr)
+				}
+				if strings.Contains(err.Error(), "from-env") {
+					t.Errorf("error %q carries the token", err)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Errorf("DiscoveryToken = %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestDiscoveryServerTimeouts(t *testing.T) {
+	f := newDiscFixture(t, discOpts{token: discToken})
+	d := &discovery.Discovery{Fleet: f.view, Leases: f.store}
+	s := d.Server(":0")
+	if s.ReadHeaderTimeout <= 0 || s.ReadTimeout <= 0 || s.WriteTimeout <= 0 || s.IdleTimeout <= 0 || s.MaxHeaderBytes <= 0 {
+		t.Errorf("a timeout or limit is unset: %+v", s)
+	}
+}
