@@ -362,6 +362,33 @@ func TestPoolBanRotation(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The pool drains the burned member; its own sync carries the mark into the fleet view,
+	// and from then on the store leases it no more while the lease held on it keeps working.
+	draining := func() bool {
+		for _, m := range e.ps.Members(p.Key()) {
+			if m.Key() == burned && m.Labels[v1.PoolDrainingLabel] == "true" {
+				fp, ok := e.op.view.Get(burned)
+				return ok && fp.Draining
+			}
+		}
+		return false
+	}
+	if err := e.ps.RunUntil(draining, 30*time.Minute); err != nil {
+		t.Fatalf("the burned member %s was not drained: %v", burned, err)
+	}
+	for range 12 {
+		nl, err := store.Acquire(ctx, lease.Request{Selector: map[string]string{v1.PoolAttribute: "web"}, TTL: time.Minute})
+		if err != nil {
+			break
+		}
+		if nl.Proxy.Key == burned {
+			t.Fatalf("a lease was granted on the draining member %s", burned)
+		}
+		_ = store.Release(ctx, nl.ID)
+	}
+	if _, err := store.Renew(ctx, l.ID, 10*time.Minute); err != nil {
+		t.Errorf("the lease held on the draining member stopped working: %v", err)
+	}
 	if err := store.Release(ctx, l.ID); err != nil {
 		t.Fatal(err)
 	}
