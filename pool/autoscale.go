@@ -42,8 +42,10 @@ func (d *decider) decideSize() {
 	cur := prev
 	first := p.Status.Autoscale == nil
 	if first {
-		cur = min(max(*d.spec.Replicas, lo), hi)
+		cur = *d.spec.Replicas
 	}
+	// The bounds may have moved since the last sync (and status is input too): stay within them.
+	cur = min(max(cur, lo), hi)
 
 	active := int64(0)
 	for _, m := range d.ms {
@@ -95,12 +97,12 @@ func (d *decider) decideSize() {
 			d.soon(end)
 		}
 	}
-	if next != cur || first {
+	if next != prev || first {
 		t := metav1.NewTime(d.now)
 		st.LastScaleTime = &t
 	}
-	if next != cur && !first {
-		d.out.Scale = &Scale{From: cur, To: next, Reason: "Autoscale"}
+	if next != prev && !first {
+		d.out.Scale = &Scale{From: prev, To: next, Reason: "Autoscale"}
 	}
 	d.desired = next
 	d.as = &st

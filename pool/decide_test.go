@@ -514,6 +514,8 @@ func TestAutoscale(t *testing.T) {
 		{"409 no-capacity answers count as demand", autoscaled(1, 10, 50, 300, &v1.PoolAutoscaleStatus{DeniedSeen: 5}, 4), []int{5, 5, 5, 5}, 15, 6, "", &Scale{From: 4, To: 6, Reason: "Autoscale"}, false},
 		// 1000 refusals count at most the current capacity (40): (20+40)/5 = 12, clamped to 10.
 		{"a retry storm at most doubles", autoscaled(1, 20, 50, 300, &v1.PoolAutoscaleStatus{}, 4), []int{5, 5, 5, 5}, 1000, 12, "", &Scale{From: 4, To: 12, Reason: "Autoscale"}, false},
+		{"maxReplicas lowered below the current size: down at once", autoscaled(1, 3, 50, 300, &v1.PoolAutoscaleStatus{}, 8), []int{5, 5, 5, 5, 5, 5, 5, 5}, 0, 3, LimitedTooMany, &Scale{From: 8, To: 3, Reason: "Autoscale"}, false},
+		{"a hostile status size is clamped", autoscaled(1, 4, 50, 300, &v1.PoolAutoscaleStatus{}, 2000000000), nil, 0, 4, LimitedTooFew, &Scale{From: 2000000000, To: 4, Reason: "Autoscale"}, true},
 		{"a restarted counter is taken as new", autoscaled(1, 10, 50, 300, &v1.PoolAutoscaleStatus{DeniedSeen: 500}, 2), []int{5, 5}, 5, 3, "", &Scale{From: 2, To: 3, Reason: "Autoscale"}, false},
 	}
 	for _, tt := range tests {
