@@ -11,14 +11,16 @@ import (
 
 // ServeForwardProxy listens on addr and serves a minimal HTTP forward proxy there: CONNECT
 // tunnels and absolute-URI GETs, so probes and crawlers on a laptop go through a real proxy.
-// The returned stop closes the listener and every open tunnel.
+// It dials out from the address it listens on, so a site sees each proxy as its own client,
+// as it would a fleet of machines. The returned stop closes the listener and every open tunnel.
 func ServeForwardProxy(addr string) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
+	f := newForwarder(ln.Addr())
 	srv := &http.Server{
-		Handler:           http.HandlerFunc(forward),
+		Handler:           http.HandlerFunc(f.forward),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       30 * time.Second,
 	}
@@ -32,11 +34,30 @@ func ServeForwardProxy(addr string) (stop func(), err error) {
 	}, nil
 }
 
-var dialer = &net.Dialer{Timeout: 10 * time.Second}
+// forwarder relays requests from one proxy address.
+type forwarder struct {
+	dialer    *net.Dialer
+	transport *http.Transport
+}
 
-func forward(w http.ResponseWriter, r *http.Request) {
+// newForwarder dials from the listening IP (port chosen by the kernel); a wildcard listener
+// dials from wherever the route says.
+func newForwarder(listen net.Addr) *forwarder {
+	d := &net.Dialer{Timeout: 10 * time.Second}
+	if a, ok := listen.(*net.TCPAddr); ok && !a.IP.IsUnspecified() {
+		d.LocalAddr = &net.TCPAddr{IP: a.IP}
+	}
+	return &forwarder{dialer: d, transport: &http.Transport{
+		Proxy:                 nil,
+		DialContext:           d.DialContext,
+		ResponseHeaderTimeout: 30 * time.Second,
+		DisableKeepAlives:     true,
+	}}
+}
+
+func (f *forwarder) forward(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodConnect {
-		tunnel(w, r)
+		f.tunnel(w, r)
 		return
 	}
 	if !r.URL.IsAbs() {
@@ -47,7 +68,7 @@ func forward(w http.ResponseWriter, r *http.Request) {
 	out.RequestURI = ""
 	out.Header.Del("Proxy-Connection")
 	out.Header.Del("Proxy-Authorization")
-	resp, err := transport.RoundTrip(out)
+	resp, err := f.transport.RoundTrip(out)
 	if err != nil {
 		http.Error(w, "mock proxy: "+err.Error(), http.StatusBadGateway)
 		return
@@ -62,15 +83,8 @@ func forward(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.Copy(w, resp.Body)
 }
 
-var transport = &http.Transport{
-	Proxy:                 nil,
-	DialContext:           dialer.DialContext,
-	ResponseHeaderTimeout: 30 * time.Second,
-	DisableKeepAlives:     true,
-}
-
-func tunnel(w http.ResponseWriter, r *http.Request) {
-	upstream, err := dialer.DialContext(r.Context(), "tcp", r.Host)
+func (f *forwarder) tunnel(w http.ResponseWriter, r *http.Request) {
+	upstream, err := f.dialer.DialContext(r.Context(), "tcp", r.Host)
 	if err != nil {
 		http.Error(w, "mock proxy: "+err.Error(), http.StatusBadGateway)
 		return
