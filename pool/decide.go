@@ -103,9 +103,7 @@ func (d *decider) classify() {
 		if c.failed && (c.failedSince.IsZero() || c.failedSince.After(d.now)) {
 			c.failedSince = c.created
 		}
-		if c.terminating || c.draining {
-			c.healthy = c.healthy && !c.terminating
-		}
+		c.healthy = c.healthy && !c.terminating // a member being deleted serves no one
 		c.maxLeases = v1.DefaultMaxLeases
 		if px.Spec.MaxLeases != nil {
 			c.maxLeases = *px.Spec.MaxLeases
