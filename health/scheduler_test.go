@@ -42,7 +42,10 @@ func TestSchedulerThroughStubProxy(t *testing.T) {
 	proxy := newStubProxy(t)
 	view := fleet.New(time.Now, 0)
 	const fail = 2
-	view.Upsert(proxyAt(t, "ns/up", proxy.addr(), target.url(), 2, 2, fail, 1))
+	// 2 s timeouts (20 test units) for the proxy that must stay healthy until the target goes:
+	// with 200 ms, a probe on a busy 2-core machine timed out first and made it Unhealthy for
+	// the wrong reason.
+	view.Upsert(proxyAt(t, "ns/up", proxy.addr(), target.url(), 20, 20, fail, 1))
 	view.Upsert(proxyAt(t, "ns/hole", blackHole(t), target.url(), 3, 3, fail, 1))
 	reg := prometheus.NewRegistry()
 	var f failures

@@ -95,9 +95,15 @@ func (f *forwarder) tunnel(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "mock proxy: cannot hijack", http.StatusInternalServerError)
 		return
 	}
-	w.WriteHeader(http.StatusOK)
+	// The 200 is written on the hijacked connection itself: through the ResponseWriter it
+	// would carry Transfer-Encoding: chunked, which strict clients refuse on a CONNECT answer.
 	client, buf, err := hj.Hijack()
 	if err != nil {
+		upstream.Close()
+		return
+	}
+	if _, err := client.Write([]byte("HTTP/1.1 200 Connection established\r\n\r\n")); err != nil {
+		client.Close()
 		upstream.Close()
 		return
 	}
