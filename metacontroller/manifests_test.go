@@ -60,20 +60,8 @@ type rendered map[string][]byte
 
 func render(t *testing.T) rendered {
 	t.Helper()
-	bin := kubectl(t)
-	ctx, cancel := context.WithTimeout(context.Background(), renderTimeout)
-	defer cancel()
-	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, bin, "kustomize", ".")
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("kubectl kustomize: %v\n%s", err, stderr.String())
-	}
 	out := rendered{}
-	for _, doc := range strings.Split(stdout.String(), "\n---\n") {
-		if strings.TrimSpace(doc) == "" {
-			continue
-		}
+	for _, doc := range renderDocs(t) {
 		var meta struct {
 			APIVersion string `json:"apiVersion"`
 			Kind       string `json:"kind"`
@@ -95,6 +83,28 @@ func render(t *testing.T) rendered {
 		out[key] = []byte(doc)
 	}
 	return out
+}
+
+// renderDocs is `kubectl kustomize .`, one YAML document per object, in kustomize's order
+// (namespaces and CRDs first), which is the order kubectl apply -k sends them in.
+func renderDocs(t *testing.T) []string {
+	t.Helper()
+	bin := kubectl(t)
+	ctx, cancel := context.WithTimeout(context.Background(), renderTimeout)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, bin, "kustomize", ".")
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("kubectl kustomize: %v\n%s", err, stderr.String())
+	}
+	var docs []string
+	for _, doc := range strings.Split(stdout.String(), "\n---\n") {
+		if strings.TrimSpace(doc) != "" {
+			docs = append(docs, doc)
+		}
+	}
+	return docs
 }
 
 // get strictly decodes the object of that key into v: an unknown or misspelt field fails.
@@ -590,8 +600,13 @@ func TestWiringAgrees(t *testing.T) {
 		}
 	})
 
-	t.Run("RBAC: read proxies, nothing else", func(t *testing.T) {
-		want := []rbacv1.PolicyRule{{APIGroups: []string{"crawl.example.com"}, Resources: []string{"proxies"}, Verbs: []string{"get", "list", "watch"}}}
+	t.Run("RBAC: list, watch and patch proxies, record events, nothing else", func(t *testing.T) {
+		// What these rules grant is checked on a real API server by SubjectAccessReview in
+		// TestKustomizationAppliesToAPIServer.
+		want := []rbacv1.PolicyRule{
+			{APIGroups: []string{"crawl.example.com"}, Resources: []string{"proxies"}, Verbs: []string{"list", "watch", "patch"}},
+			{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+		}
 		if diff := cmp.Diff(want, role.Rules); diff != "" {
 			t.Errorf("ClusterRole rules (-want +got):\n%s", diff)
 		}
