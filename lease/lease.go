@@ -22,10 +22,13 @@ var (
 	ErrNoMatch = errors.New("no proxy available")
 	// ErrInvalid is returned for a request the store cannot act on (the caller validates first).
 	ErrInvalid = errors.New("invalid lease request")
+	// ErrUnavailable is wrapped by a shared store's errors when its backend cannot be reached
+	// or does not answer in time: the request may be retried, nothing was decided.
+	ErrUnavailable = errors.New("lease store unavailable")
 )
 
-// Store holds leases and cooldowns. The in-memory Memory is the only implementation; the
-// interface is here so a shared store (CRD, Redis) can replace it without touching handlers.
+// Store holds leases and cooldowns. Memory is the embedded default; lease/redisstore is the
+// shared store that any number of discovery replicas use at once.
 type Store interface {
 	// Acquire leases the best proxy for the request or returns a *NoMatchError.
 	Acquire(ctx context.Context, r Request) (Lease, error)
@@ -37,11 +40,13 @@ type Store interface {
 	// Report records what a crawler saw through a lease's proxy; rate_limited and banned
 	// start or grow that proxy's cooldown for the target. ErrNotFound when the lease is gone.
 	Report(ctx context.Context, id string, r Report) (Cooldown, error)
-	// ActiveCount is the number of live leases.
-	ActiveCount() int
-	// ActiveByProxy is the number of live leases per proxy key (proxies without leases absent).
-	ActiveByProxy() map[string]int
-	// Run expires leases, cooldowns and sessions and follows the fleet until ctx ends.
+	// Count is the number of live leases. A shared store can fail to answer (ErrUnavailable).
+	Count(ctx context.Context) (int, error)
+	// Active is the number of live leases per proxy key (proxies without leases absent).
+	Active(ctx context.Context) (map[string]int, error)
+	// Run does the store's housekeeping until ctx ends. For Memory it is what keeps the index
+	// following the fleet; for a shared store, where every replica runs it and every call
+	// expires what is due, it only keeps an idle store tidy: correctness never waits on it.
 	Run(ctx context.Context) error
 }
 

@@ -60,8 +60,14 @@ type rendered map[string][]byte
 
 func render(t *testing.T) rendered {
 	t.Helper()
+	return renderDir(t, ".")
+}
+
+// renderDir renders the kustomization in dir (an overlay such as ../metacontroller-ha).
+func renderDir(t *testing.T, dir string) rendered {
+	t.Helper()
 	out := rendered{}
-	for _, doc := range renderDocs(t) {
+	for _, doc := range renderDocsIn(t, dir) {
 		var meta struct {
 			APIVersion string `json:"apiVersion"`
 			Kind       string `json:"kind"`
@@ -89,11 +95,17 @@ func render(t *testing.T) rendered {
 // (namespaces and CRDs first), which is the order kubectl apply -k sends them in.
 func renderDocs(t *testing.T) []string {
 	t.Helper()
+	return renderDocsIn(t, ".")
+}
+
+// renderDocsIn is renderDocs for the kustomization in dir.
+func renderDocsIn(t *testing.T, dir string) []string {
+	t.Helper()
 	bin := kubectl(t)
 	ctx, cancel := context.WithTimeout(context.Background(), renderTimeout)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, bin, "kustomize", ".")
+	cmd := exec.CommandContext(ctx, bin, "kustomize", dir)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("kubectl kustomize: %v\n%s", err, stderr.String())
