@@ -49,11 +49,12 @@ test-python:
 generate:
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=crds
 	cp crds/crawl.example.com_proxies.yaml metacontroller/crd.yaml
+	cp crds/crawl.example.com_proxypools.yaml metacontroller/crd-proxypools.yaml
 
 # verify fails when the committed CRD is stale, code is unformatted or vet complains.
 ## verify: generated CRDs unchanged, gofmt clean, go vet clean, layering (no domain package imports chi or server/)
 verify: generate
-	@git diff --exit-code -- crds/ metacontroller/crd.yaml || (echo "crds/ or metacontroller/crd.yaml is stale: run 'make generate' and commit" && exit 1)
+	@git diff --exit-code -- crds/ metacontroller/crd.yaml metacontroller/crd-proxypools.yaml || (echo "crds/, metacontroller/crd.yaml or metacontroller/crd-proxypools.yaml is stale: run 'make generate' and commit" && exit 1)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1)
 	$(GO) vet ./...
 	$(GO) test -count=1 -run '^(TestLayering|TestMainIsFlagsAndDispatch)$$' .

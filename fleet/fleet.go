@@ -41,6 +41,9 @@ type Proxy struct {
 	// Credentials are what the proxy demands (nil: an External proxy without any). Probes
 	// and lease answers use them.
 	Credentials *Credentials
+	// Draining is set on a pool member being removed: it is listed, its leases run to their
+	// end, but it takes no new lease.
+	Draining bool
 }
 
 // Equal reports whether two records are the same.
@@ -52,14 +55,14 @@ func (p Proxy) Equal(o Proxy) bool {
 		Port, MaxLeases                    int32
 		Phase                              v1.ProxyPhase
 		Recorded                           lifecycle.Health
-		Deleting                           bool
+		Deleting, Draining                 bool
 		ProbeURL                           string
 		Interval, Timeout, Fail, Succeed   int32
 	}
 	s := func(x Proxy) scalars {
 		h := x.HealthCheck
 		return scalars{x.Key, x.UID, x.Provider, x.ProviderID, x.IP, x.Generation, x.Mode, x.Port, x.MaxLeases,
-			x.Phase, x.Recorded, x.Deleting, h.ProbeURL, h.IntervalSeconds, h.TimeoutSeconds, h.FailureThreshold, h.SuccessThreshold}
+			x.Phase, x.Recorded, x.Deleting, x.Draining, h.ProbeURL, h.IntervalSeconds, h.TimeoutSeconds, h.FailureThreshold, h.SuccessThreshold}
 	}
 	return s(p) == s(o) && equalCredentials(p.Credentials, o.Credentials) && maps.Equal(p.Attributes, o.Attributes) &&
 		slices.Equal(p.HealthCheck.ExpectedStatusCodes, o.HealthCheck.ExpectedStatusCodes)

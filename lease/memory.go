@@ -93,6 +93,7 @@ type Memory struct {
 	expiry   expiryHeap
 	cool     map[coolKey]*cooldown
 	sessions map[string]*session
+	denied   map[string]int64 // no-capacity answers per pool attribute value
 	// byTarget counts live leases per (target, proxy): at most one, see check.
 	byTarget map[coolKey]int
 }
@@ -189,7 +190,9 @@ func (m *Memory) Acquire(_ context.Context, r Request) (Lease, error) {
 		stale  []*entry
 		health = map[*entry]lifecycle.Health{}
 	)
+	var fullPools []*bucket // buckets with a member at capacity: demand for their pool
 	for _, b := range m.match(r.Selector) {
+		before := nm.AtCapacity
 		nm.Matching += b.size
 		nm.Unhealthy += b.unhealthy
 		nm.AtCapacity += b.full
@@ -215,6 +218,9 @@ func (m *Memory) Acquire(_ context.Context, r Request) (Lease, error) {
 			}
 			return true
 		})
+		if nm.AtCapacity > before {
+			fullPools = append(fullPools, b)
+		}
 	}
 	// Proxies found unhealthy (or changed in the fleet) leave the tree now rather than at the
 	// next refresh, so the next lease does not look at them again.
@@ -222,6 +228,7 @@ func (m *Memory) Acquire(_ context.Context, r Request) (Lease, error) {
 		m.refreshEntry(e, health[e])
 	}
 	if best == nil {
+		m.noteDenied(fullPools)
 		return Lease{}, &nm
 	}
 	return m.grant(best, bestH, r, now), nil
@@ -564,9 +571,10 @@ func (m *Memory) syncLocked(now time.Time) {
 }
 
 // Leasable is the one definition of a healthy proxy for crawlers: the prober says Healthy,
-// the Proxy is not being deleted and has an address.
+// the Proxy is not being deleted or drained out of its pool and has an address. Leases
+// already held on a draining proxy run to their end.
 func Leasable(p fleet.Proxy, h lifecycle.Health) bool {
-	return h.State == lifecycle.HealthHealthy && !p.Deleting && p.IP != ""
+	return h.State == lifecycle.HealthHealthy && !p.Deleting && !p.Draining && p.IP != ""
 }
 
 // RefreshHealth re-reads every proxy's verdict so the index orders by current latency and

@@ -121,8 +121,8 @@ func TestKustomizationAppliesToAPIServer(t *testing.T) {
 			waitEstablished(ctx, t, c, obj.GetName())
 		}
 	}
-	if kinds["CompositeController"] != 1 || kinds["CustomResourceDefinition"] != 1 {
-		t.Fatalf("render has %d CompositeControllers and %d CRDs, want 1 of each", kinds["CompositeController"], kinds["CustomResourceDefinition"])
+	if kinds["CompositeController"] != 2 || kinds["CustomResourceDefinition"] != 2 {
+		t.Fatalf("render has %d CompositeControllers and %d CRDs, want 2 of each (proxies, proxypools)", kinds["CompositeController"], kinds["CustomResourceDefinition"])
 	}
 	t.Logf("created %d objects: %v", len(objs), kinds)
 
@@ -156,24 +156,24 @@ func TestKustomizationAppliesToAPIServer(t *testing.T) {
 		}
 	})
 
-	t.Run("stored CompositeController keeps every field we set and hook version v2", func(t *testing.T) {
-		var want *unstructured.Unstructured
-		for _, obj := range objs {
-			if obj.GetKind() == "CompositeController" {
-				want = obj
+	t.Run("stored CompositeControllers keep every field we set and hook version v2", func(t *testing.T) {
+		for _, want := range objs {
+			if want.GetKind() != "CompositeController" {
+				continue
 			}
-		}
-		got, err := c.dyn.Resource(compositeControllers).Get(ctx, want.GetName(), metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if missing := notKept("spec", want.Object["spec"], got.Object["spec"]); len(missing) > 0 {
-			t.Errorf("the server dropped or changed fields of the CompositeController: %v", missing)
-		}
-		for _, hook := range []string{"sync", "finalize", "customize"} {
-			v, _, _ := unstructured.NestedString(got.Object, "spec", "hooks", hook, "version")
-			if v != "v2" {
-				t.Errorf("stored spec.hooks.%s.version = %q, want v2 (the server accepts v2 keys)", hook, v)
+			got, err := c.dyn.Resource(compositeControllers).Get(ctx, want.GetName(), metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if missing := notKept("spec", want.Object["spec"], got.Object["spec"]); len(missing) > 0 {
+				t.Errorf("%s: the server dropped or changed fields: %v", want.GetName(), missing)
+			}
+			hooks, _, _ := unstructured.NestedMap(want.Object, "spec", "hooks")
+			for hook := range hooks {
+				v, _, _ := unstructured.NestedString(got.Object, "spec", "hooks", hook, "version")
+				if v != "v2" {
+					t.Errorf("%s: stored spec.hooks.%s.version = %q, want v2 (the server accepts v2 keys)", want.GetName(), hook, v)
+				}
 			}
 		}
 	})

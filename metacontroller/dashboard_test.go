@@ -26,6 +26,11 @@ var documentedMetrics = map[string]struct {
 	"proxy_operator_provider_requests_total":      {labels: []string{"provider", "op", "result"}},
 	"proxy_operator_hook_duration_seconds":        {labels: []string{"hook"}, histogram: true},
 	"proxy_operator_gc_deletions_total":           {labels: []string{"provider"}},
+	"proxy_operator_pool_members":                 {labels: []string{"pool", "state"}},
+	"proxy_operator_pool_desired_members":         {labels: []string{"pool"}},
+	"proxy_operator_pool_lease_utilization_ratio": {labels: []string{"pool"}},
+	"proxy_operator_pool_rotations_total":         {labels: []string{"pool", "reason"}},
+	"proxy_operator_pool_scale_events_total":      {labels: []string{"pool", "direction"}},
 }
 
 type dashboardPanel struct {

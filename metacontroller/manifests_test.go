@@ -160,7 +160,8 @@ type compositeController struct {
 			Resource       string         `json:"resource"`
 			UpdateStrategy map[string]any `json:"updateStrategy"`
 		} `json:"childResources"`
-		// Hook.Version sits beside Webhook (upstream pkg/apis/metacontroller/v1alpha1/types.go).
+		// Hooks: version sits beside webhook, as in Metacontroller's type Hook
+		// (metacontroller/metacontroller@v4.17.2:pkg/apis/metacontroller/v1alpha1/types.go).
 		Hooks map[string]struct {
 			Version string `json:"version"`
 			Webhook struct {
@@ -179,8 +180,10 @@ func TestEveryObjectParses(t *testing.T) {
 		"ClusterRole//proxy-operator",
 		"ClusterRoleBinding//proxy-operator",
 		"CompositeController//proxy-operator",
+		"CompositeController//proxy-operator-pools",
 		"ConfigMap/proxy-operator/" + providersCM,
 		"CustomResourceDefinition//proxies.crawl.example.com",
+		"CustomResourceDefinition//proxypools.crawl.example.com",
 		"Deployment/proxy-operator/" + deployment,
 		"Namespace//proxy-operator",
 		"NetworkPolicy/proxy-operator/proxy-operator",
@@ -218,16 +221,21 @@ func TestEveryObjectParses(t *testing.T) {
 
 // TestCRDIsTheGeneratedOne: the kustomization's copy must be the generated CRD (make generate copies it).
 func TestCRDIsTheGeneratedOne(t *testing.T) {
-	want, err := os.ReadFile("../crds/crawl.example.com_proxies.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := os.ReadFile("crd.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(want, got) {
-		t.Errorf("metacontroller/crd.yaml differs from crds/crawl.example.com_proxies.yaml: run 'make generate'")
+	for copy, generated := range map[string]string{
+		"crd.yaml":            "../crds/crawl.example.com_proxies.yaml",
+		"crd-proxypools.yaml": "../crds/crawl.example.com_proxypools.yaml",
+	} {
+		want, err := os.ReadFile(generated)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(copy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(want, got) {
+			t.Errorf("metacontroller/%s differs from %s: run 'make generate'", copy, generated)
+		}
 	}
 }
 
@@ -353,43 +361,61 @@ func TestWiringAgrees(t *testing.T) {
 	}
 	discPort := listenPort(t, discAddr)
 
-	t.Run("hook URLs reach the hook listener and its routes", func(t *testing.T) {
-		if cc.Spec.ParentResource.APIVersion != "crawl.example.com/v1alpha1" || cc.Spec.ParentResource.Resource != "proxies" {
-			t.Errorf("parentResource = %+v, want crawl.example.com/v1alpha1 proxies", cc.Spec.ParentResource)
-		}
-		var names []string
-		for name := range cc.Spec.Hooks {
-			names = append(names, name)
-		}
-		slices.Sort(names)
-		if diff := cmp.Diff([]string{"customize", "finalize", "sync"}, names); diff != "" {
-			t.Errorf("hooks (-want +got):\n%s", diff)
-		}
-		for _, name := range names {
-			wh := cc.Spec.Hooks[name].Webhook
-			u, err := url.Parse(wh.URL)
-			if err != nil {
-				t.Errorf("%s url %q: %v", name, wh.URL, err)
-				continue
+	var pools compositeController
+	r.get(t, "CompositeController//proxy-operator-pools", &pools)
+	for _, ctl := range []struct {
+		name, parent string
+		cc           compositeController
+		hooks        []string
+	}{
+		{"proxy-operator", "proxies", cc, []string{"customize", "finalize", "sync"}},
+		{"proxy-operator-pools", "proxypools", pools, []string{"finalize", "sync"}},
+	} {
+		t.Run(ctl.name+": hook URLs reach the hook listener and its routes", func(t *testing.T) {
+			cc := ctl.cc
+			if cc.Spec.ParentResource.APIVersion != "crawl.example.com/v1alpha1" || cc.Spec.ParentResource.Resource != ctl.parent {
+				t.Errorf("parentResource = %+v, want crawl.example.com/v1alpha1 %s", cc.Spec.ParentResource, ctl.parent)
 			}
-			if want := fmt.Sprintf("%s.%s.svc", hooks.Name, hooks.Namespace); u.Hostname() != want {
-				t.Errorf("%s url host = %q, want %q", name, u.Hostname(), want)
+			var names []string
+			for name := range cc.Spec.Hooks {
+				names = append(names, name)
 			}
-			port, err := strconv.ParseInt(u.Port(), 10, 32)
-			if err != nil {
-				t.Errorf("%s url %q names no port", name, wh.URL)
-				continue
+			slices.Sort(names)
+			if diff := cmp.Diff(ctl.hooks, names); diff != "" {
+				t.Errorf("hooks (-want +got):\n%s", diff)
 			}
-			sp := servicePort(t, hooks, int32(port))
-			if got := containerPort(t, c, sp.TargetPort); got != hookPort {
-				t.Errorf("%s: service port %d -> container port %d, but -hook-addr listens on %d", name, port, got, hookPort)
+			for _, name := range names {
+				wh := cc.Spec.Hooks[name].Webhook
+				u, err := url.Parse(wh.URL)
+				if err != nil {
+					t.Errorf("%s url %q: %v", name, wh.URL, err)
+					continue
+				}
+				if want := fmt.Sprintf("%s.%s.svc", hooks.Name, hooks.Namespace); u.Hostname() != want {
+					t.Errorf("%s url host = %q, want %q", name, u.Hostname(), want)
+				}
+				port, err := strconv.ParseInt(u.Port(), 10, 32)
+				if err != nil {
+					t.Errorf("%s url %q names no port", name, wh.URL)
+					continue
+				}
+				sp := servicePort(t, hooks, int32(port))
+				if got := containerPort(t, c, sp.TargetPort); got != hookPort {
+					t.Errorf("%s: service port %d -> container port %d, but -hook-addr listens on %d", name, port, got, hookPort)
+				}
+				if !served["POST "+u.Path] {
+					t.Errorf("%s url path %q is not a POST route of the hook server", name, u.Path)
+				}
+				if v := cc.Spec.Hooks[name].Version; v != "v2" {
+					t.Errorf("%s hook version = %q, want v2 (the server accepts v2 keys)", name, v)
+				}
 			}
-			if !served["POST "+u.Path] {
-				t.Errorf("%s url path %q is not a POST route of the hook server", name, u.Path)
-			}
-			if v := cc.Spec.Hooks[name].Version; v != "v2" {
-				t.Errorf("%s hook version = %q, want v2 (the server accepts v2 keys)", name, v)
-			}
+		})
+	}
+	t.Run("the pools controller updates members in place", func(t *testing.T) {
+		if len(pools.Spec.ChildResources) != 1 || pools.Spec.ChildResources[0].Resource != "proxies" ||
+			pools.Spec.ChildResources[0].UpdateStrategy["method"] != "InPlace" {
+			t.Errorf("childResources = %+v, want proxies with method InPlace (the draining label is an update)", pools.Spec.ChildResources)
 		}
 	})
 

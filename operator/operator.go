@@ -26,6 +26,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/kube"
 	"github.com/proxy-operator/proxy-operator/lease"
 	"github.com/proxy-operator/proxy-operator/lifecycle"
+	"github.com/proxy-operator/proxy-operator/poolhook"
 	"github.com/proxy-operator/proxy-operator/providers"
 	"github.com/proxy-operator/proxy-operator/providers/factory"
 	"github.com/proxy-operator/proxy-operator/replay"
@@ -336,6 +337,15 @@ func New(cfg Config) (_ *Operator, err error) {
 		disc.Fleet, disc.Health = o.redis.reader, o.redis.reader
 	}
 	disc.Leases = o.store
+	// The ProxyPool controller's hooks read the lease store's view of each pool's members; a
+	// store without that view (Redis today) leaves pools sized by spec and rotated by age only.
+	h.Pools = &poolhook.Hooks{Log: log.With("component", "pools"), Metrics: poolhook.NewMetrics(reg)}
+	if pl, ok := o.store.(lease.PoolLoad); ok {
+		h.Pools.Load = pl
+	}
+	if o.events != nil {
+		h.Pools.Events = o.events // scale and rotation decisions as Events on the pool
+	}
 
 	if cfg.GCInterval > 0 {
 		var dyn dynamic.Interface

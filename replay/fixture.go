@@ -18,6 +18,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/lifecycle"
 	"github.com/proxy-operator/proxy-operator/providers"
 	"github.com/proxy-operator/proxy-operator/providers/mock"
+	"github.com/proxy-operator/proxy-operator/server/hooks"
 )
 
 // File names inside a fixture folder.
@@ -33,7 +34,8 @@ const DefaultProvider = "mock"
 
 // State is everything outside the request body that the answer depends on.
 type State struct {
-	// Hook is "sync", "finalize" or "customize"; empty means the name of the fixture's parent folder.
+	// Hook is "sync", "finalize", "customize", "pools-sync" or "pools-finalize"; empty means
+	// the name of the fixture's parent folder.
 	Hook string `json:"hook,omitempty"`
 	// Now is the fixed clock of the server and the mock provider.
 	Now time.Time `json:"now"`
@@ -55,6 +57,12 @@ type State struct {
 	HealthResync mock.Duration `json:"healthResync,omitempty"`
 	// MaxBodyBytes overrides the server's body limit (0: the server's default).
 	MaxBodyBytes int64 `json:"maxBodyBytes,omitempty"`
+	// Leases, Cooling and Denied are the lease store's view for the pool hooks: live leases
+	// and targets cooled down for by member namespace/name, and the no-capacity count by
+	// pool name.
+	Leases  map[string]int   `json:"leases,omitempty"`
+	Cooling map[string]int   `json:"cooling,omitempty"`
+	Denied  map[string]int64 `json:"denied,omitempty"`
 }
 
 // Health is lifecycle.Health with a JSON form.
@@ -110,9 +118,9 @@ func Load(dir string) (Case, error) {
 		c.Hook = filepath.Base(filepath.Dir(filepath.Clean(dir)))
 	}
 	switch c.Hook {
-	case "sync", "finalize", "customize":
+	case "sync", "finalize", "customize", hooks.PoolSyncHook, hooks.PoolFinalizeHook:
 	default:
-		return Case{}, fmt.Errorf("fixture %s: hook %q: want sync, finalize or customize (set state.json hook or use testdata/<hook>/<case>)", dir, c.Hook)
+		return Case{}, fmt.Errorf("fixture %s: hook %q: want sync, finalize, customize, pools-sync or pools-finalize (set state.json hook or use testdata/<hook>/<case>)", dir, c.Hook)
 	}
 	var want Response
 	switch err := readJSON(filepath.Join(dir, ResponseFile), &want); {
@@ -134,12 +142,12 @@ func Load(dir string) (Case, error) {
 	return c, nil
 }
 
-// LoadAll loads every fixture under root/<hook>/<case> for the sync, finalize and customize
-// hooks, sorted by path.
+// LoadAll loads every fixture under root/<hook>/<case> for the sync, finalize, customize,
+// pools-sync and pools-finalize hooks, sorted by path.
 // Other folders under root (other tests' fixtures) are left alone.
 func LoadAll(root string) ([]Case, error) {
 	var dirs []string
-	for _, hook := range []string{"sync", "finalize", "customize"} {
+	for _, hook := range []string{"sync", "finalize", "customize", hooks.PoolSyncHook, hooks.PoolFinalizeHook} {
 		d, err := filepath.Glob(filepath.Join(root, hook, "*", RequestFile))
 		if err != nil {
 			return nil, err

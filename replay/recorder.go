@@ -90,6 +90,9 @@ func (r *Recorder) write(ex hooks.Exchange, seq int) (string, error) {
 // stateOf turns what the server observed into the state that reproduces it: the observed
 // instance seeded as is, failed provider calls armed as faults of the same class.
 func stateOf(ex hooks.Exchange, ns, name string) State {
+	if ex.Hook == hooks.PoolSyncHook || ex.Hook == hooks.PoolFinalizeHook {
+		return poolStateOf(ex)
+	}
 	in := ex.Input
 	st := State{Now: ex.Now.UTC(), Provider: ex.Provider(), ProvisioningDelay: capturedDelay, HealthResync: mock.Duration(in.HealthResync)}
 	if !in.ProviderKnown {
@@ -161,4 +164,36 @@ func parentName(req []byte) (ns, name string) {
 func hasProviderID(req []byte) bool {
 	var m parentMeta
 	return json.Unmarshal(req, &m) == nil && m.Parent.Status.ProviderID != ""
+}
+
+// poolStateOf records the lease store's view a pool hook call met: the leases and cooldowns of
+// its members and the pool's no-capacity count.
+func poolStateOf(ex hooks.Exchange) State {
+	st := State{Now: ex.Now.UTC()}
+	in := ex.Pool
+	if in == nil || in.Pool == nil {
+		return st
+	}
+	for _, m := range in.Members {
+		if m.Proxy == nil {
+			continue
+		}
+		key := m.Proxy.Namespace + "/" + m.Proxy.Name
+		if m.Leases > 0 {
+			if st.Leases == nil {
+				st.Leases = map[string]int{}
+			}
+			st.Leases[key] = m.Leases
+		}
+		if m.Cooling > 0 {
+			if st.Cooling == nil {
+				st.Cooling = map[string]int{}
+			}
+			st.Cooling[key] = m.Cooling
+		}
+	}
+	if in.Denied > 0 {
+		st.Denied = map[string]int64{in.Pool.Name: in.Denied}
+	}
+	return st
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/credentials"
 	"github.com/proxy-operator/proxy-operator/fleet"
 	"github.com/proxy-operator/proxy-operator/lifecycle"
+	"github.com/proxy-operator/proxy-operator/poolhook"
 	"github.com/proxy-operator/proxy-operator/providers"
 	"github.com/proxy-operator/proxy-operator/providers/kubernetes"
 	"github.com/proxy-operator/proxy-operator/providers/mock"
@@ -83,7 +84,8 @@ func Run(c Case, log *slog.Logger) (Result, error) {
 	if hr := time.Duration(st.HealthResync); hr > 0 {
 		h.HealthResync = func(int, v1.HealthCheckSpec) time.Duration { return hr }
 	}
-	req := httptest.NewRequest(http.MethodPost, "/"+c.Hook, bytes.NewReader(c.Request))
+	h.Pools = &poolhook.Hooks{Load: poolLoad{st}, Now: clock, Log: log}
+	req := httptest.NewRequest(http.MethodPost, hookPath(c.Hook), bytes.NewReader(c.Request))
 	req.Header.Set("Content-Type", "application/json")
 	rec := httptest.NewRecorder()
 	h.Handler().ServeHTTP(rec, req)
@@ -95,6 +97,21 @@ func Run(c Case, log *slog.Logger) (Result, error) {
 	// and written as a golden, with every credential redacted as a capture redacts it.
 	return Result{Code: rec.Code, Body: jsonBody(credentials.Redact(rec.Body.Bytes())), Calls: calls}, nil
 }
+
+// hookPath is the route of a hook: the pool hooks live under /pools/.
+func hookPath(hook string) string {
+	if rest, ok := strings.CutPrefix(hook, "pools-"); ok {
+		return "/pools/" + rest
+	}
+	return "/" + hook
+}
+
+// poolLoad is the lease store a fixture describes.
+type poolLoad struct{ st State }
+
+func (l poolLoad) ActiveByProxy() map[string]int  { return l.st.Leases }
+func (l poolLoad) CoolingByProxy() map[string]int { return l.st.Cooling }
+func (l poolLoad) Denied(pool string) int64       { return l.st.Denied[pool] }
 
 // jsonBody keeps a JSON body compact, and wraps anything else as a JSON string so a golden
 // file can always hold it.

@@ -1,14 +1,21 @@
 package replay_test
 
 import (
+	"bytes"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/lifecycle"
+	"github.com/proxy-operator/proxy-operator/poolhook"
 	"github.com/proxy-operator/proxy-operator/providers"
 	"github.com/proxy-operator/proxy-operator/replay"
 	"github.com/proxy-operator/proxy-operator/server/hooks"
@@ -36,7 +43,7 @@ func TestLoadErrors(t *testing.T) {
 		{"no request", "sync", map[string]string{"state.json": `{"now":"2026-11-30T12:00:00Z"}`}, "request.json: no such file"},
 		{"no now", "sync", map[string]string{"request.json": `{}`, "state.json": `{}`}, "state.json: now is required"},
 		{"unknown state field", "sync", map[string]string{"request.json": `{}`, "state.json": `{"now":"2026-11-30T12:00:00Z","clock":1}`}, `state.json: json: unknown field "clock"`},
-		{"unknown hook", "kubernetes", map[string]string{"request.json": `{}`, "state.json": `{"now":"2026-11-30T12:00:00Z"}`}, `hook "kubernetes": want sync, finalize or customize`},
+		{"unknown hook", "kubernetes", map[string]string{"request.json": `{}`, "state.json": `{"now":"2026-11-30T12:00:00Z"}`}, `hook "kubernetes": want sync, finalize, customize, pools-sync or pools-finalize`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -163,3 +170,51 @@ func TestRecorderCapturesPodTraffic(t *testing.T) {
 		t.Errorf("replay of the captured Pod call differs:\n%s", d)
 	}
 }
+
+// TestRecorderCapturesPoolTraffic: a pool hook call answered by the real router is captured
+// with the lease load it met, and the capture replays to the same answer.
+func TestRecorderCapturesPoolTraffic(t *testing.T) {
+	root := t.TempDir()
+	rec, err := replay.NewRecorder(root, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := replay.Load(filepath.Join("..", "testdata", "pools-sync", "autoscale-409-counts-as-demand"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := src.State.Now
+	h := &hooks.Hooks{Recorder: rec, Now: func() time.Time { return now },
+		Pools: &poolhook.Hooks{Load: srcLoad{src.State}, Now: func() time.Time { return now }}}
+	req := httptest.NewRequest(http.MethodPost, "/pools/sync", bytes.NewReader(src.Request))
+	w := httptest.NewRecorder()
+	h.Handler().ServeHTTP(w, req)
+	if w.Code != http.StatusOK {
+		t.Fatalf("pool sync: %d %s", w.Code, w.Body.String())
+	}
+	cases, err := replay.LoadAll(root)
+	if err != nil || len(cases) != 1 {
+		t.Fatalf("captured %d cases, %v; want 1", len(cases), err)
+	}
+	c := cases[0]
+	if c.Hook != hooks.PoolSyncHook {
+		t.Errorf("captured hook %q, want %s", c.Hook, hooks.PoolSyncHook)
+	}
+	want := replay.State{Now: src.State.Now, Leases: src.State.Leases, Denied: src.State.Denied}
+	if d := cmp.Diff(want, c.State); d != "" {
+		t.Errorf("captured state (-want +got):\n%s", d)
+	}
+	got, err := replay.Run(c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := replay.Diff(c, got); d != "" {
+		t.Errorf("replay of the capture differs:\n%s", d)
+	}
+}
+
+type srcLoad struct{ st replay.State }
+
+func (l srcLoad) ActiveByProxy() map[string]int  { return l.st.Leases }
+func (l srcLoad) CoolingByProxy() map[string]int { return l.st.Cooling }
+func (l srcLoad) Denied(pool string) int64       { return l.st.Denied[pool] }

@@ -66,6 +66,8 @@ var DefaultExpectedStatusCodes = []int32{200, 204}
 // +kubebuilder:printcolumn:name="IP",type=string,JSONPath=`.status.ip`
 // +kubebuilder:printcolumn:name="Healthy",type=string,JSONPath=`.status.conditions[?(@.type=="Healthy")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="self.spec.mode == oldSelf.spec.mode",message="mode is immutable",fieldPath=".spec.mode"
+// +kubebuilder:validation:XValidation:rule="!has(self.spec.provider) || !has(oldSelf.spec.provider) || self.spec.provider == oldSelf.spec.provider",message="provider is immutable",fieldPath=".spec.provider"
 type Proxy struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
@@ -90,14 +92,13 @@ type ProxyList struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.credentialsSecretRef) || self.mode == 'External'",message="credentialsSecretRef is only for External proxies: a Managed proxy gets a generated credential"
 type ProxySpec struct {
 	// Mode is Managed (the operator creates the machine) or External (the machine exists
-	// elsewhere; the operator only tracks and probes it). Immutable.
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="mode is immutable"
+	// elsewhere; the operator only tracks and probes it). Immutable on a Proxy (the rule sits
+	// on Proxy, not here, so a ProxyPool's template may change it).
 	Mode ProvisioningMode `json:"mode"`
 
 	// Provider names an entry of the providers config ("mock", "gcp-eu", ...).
-	// Required iff mode is Managed. Immutable.
+	// Required iff mode is Managed. Immutable on a Proxy (see Mode).
 	// +kubebuilder:validation:MaxLength=63
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="provider is immutable"
 	// +optional
 	Provider string `json:"provider,omitempty"`
 

@@ -252,6 +252,7 @@ type proxyJSON struct {
 	Attributes    map[string]string `json:"attributes"`
 	Phase         string            `json:"phase"`
 	Healthy       bool              `json:"healthy"`
+	Draining      bool              `json:"draining,omitempty"`
 	LatencyMillis int64             `json:"latencyMillis"`
 	ActiveLeases  int               `json:"activeLeases"`
 	MaxLeases     int32             `json:"maxLeases"`
@@ -264,7 +265,7 @@ func toProxyJSON(p fleet.Proxy, h lifecycle.Health, active int) proxyJSON {
 	}
 	return proxyJSON{
 		ID: p.Key, IP: p.IP, Port: p.Port, Attributes: attrs, Phase: string(p.Phase),
-		Healthy: lease.Leasable(p, h), LatencyMillis: h.LatencyMillis, ActiveLeases: active, MaxLeases: p.MaxLeases,
+		Healthy: lease.Leasable(p, h), Draining: p.Draining, LatencyMillis: h.LatencyMillis, ActiveLeases: active, MaxLeases: p.MaxLeases,
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/proxy-operator/proxy-operator/lifecycle"
+	"github.com/proxy-operator/proxy-operator/pool"
 )
 
 // Exchange is one hook call as handled, for capture: the bytes on the wire and, when the call
@@ -23,6 +24,9 @@ type Exchange struct {
 	Input lifecycle.Input
 	// Decision is the final decision (zero when none was made).
 	Decision lifecycle.Decision
+	// Pool is what pool.Decide was given, for the pool hooks (nil otherwise, or when the body
+	// was refused).
+	Pool *pool.Input
 }
 
 // Provider is spec.provider of the parent ("" when the call failed before decoding it).

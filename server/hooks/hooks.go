@@ -22,6 +22,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/events"
 	"github.com/proxy-operator/proxy-operator/fleet"
 	"github.com/proxy-operator/proxy-operator/lifecycle"
+	"github.com/proxy-operator/proxy-operator/poolhook"
 	"github.com/proxy-operator/proxy-operator/providers"
 	"github.com/proxy-operator/proxy-operator/server/httpx"
 )
@@ -57,6 +58,9 @@ type Hooks struct {
 	Events EventSink
 	// Ready reports readiness for /readyz (nil: always ready).
 	Ready func() error
+	// Pools answers the ProxyPool controller's calls at /pools/sync and /pools/finalize
+	// (nil: a pool hook that sees no lease load).
+	Pools *poolhook.Hooks
 
 	MaxBodyBytes    int64
 	ProviderTimeout time.Duration
@@ -99,6 +103,9 @@ func (h *Hooks) init() {
 	if h.Health == nil {
 		h.Health = unknownHealth{}
 	}
+	if h.Pools == nil {
+		h.Pools = &poolhook.Hooks{Now: h.Now, Log: h.Log}
+	}
 	h.inflight = make(chan struct{}, h.MaxInFlight)
 	h.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "proxy_operator_hook_duration_seconds",
@@ -129,6 +136,8 @@ func (h *Hooks) build() {
 	r.Post("/sync", h.hook("sync", h.sync))
 	r.Post("/finalize", h.hook("finalize", h.sync))
 	r.Post("/customize", h.hook("customize", h.customize))
+	r.Post("/pools/sync", h.hook(PoolSyncHook, h.poolSync))
+	r.Post("/pools/finalize", h.hook(PoolFinalizeHook, h.poolSync))
 	r.Get("/readyz", httpx.Serve(h.Log, func(w http.ResponseWriter, _ *http.Request) error {
 		if h.Ready != nil {
 			if err := h.Ready(); err != nil {
