@@ -63,6 +63,10 @@ type Config struct {
 	// MaxSessions bounds the session table: beyond it a new key still gets a lease, unbound,
 	// so clients that mint a key per request cannot grow memory without end.
 	MaxSessions int
+	// MaxCooldownsPerProxy and MaxCooldowns bound the remembered cooldowns per proxy and in
+	// total (defaults DefaultMaxCooldownsPerProxy, DefaultMaxCooldowns); see Store.Report.
+	MaxCooldownsPerProxy int
+	MaxCooldowns         int
 	// ReapInterval and HealthRefresh pace Run; MinSyncInterval bounds how often Acquire
 	// re-reads the whole fleet when the view keeps changing (0 in tests: on every change).
 	ReapInterval    time.Duration
@@ -92,7 +96,10 @@ type Memory struct {
 	leases   map[string]*held
 	expiry   expiryHeap
 	cool     map[coolKey]*cooldown
+	coolBy   map[string]int // remembered cooldowns per proxy
+	forget   coolHeap       // cooldowns by forget time
 	sessions map[string]*session
+	idle     idleHeap // sessions without live leases, by until
 }
 
 var _ Store = (*Memory)(nil)
@@ -107,14 +114,18 @@ type held struct {
 type coolKey struct{ target, proxy string }
 
 type cooldown struct {
+	key           coolKey
 	until, forget time.Time
 	strikes       int
+	index         int // in forget
 }
 
 type session struct {
+	key   string
 	proxy string
 	until time.Time // zero while a lease of the session is live
 	live  int
+	index int // in idle while live is 0, else -1
 }
 
 // NewMemory returns an empty store reading cfg.Fleet and cfg.Health.
@@ -136,6 +147,12 @@ func NewMemory(cfg Config) *Memory {
 	if cfg.MaxSessions <= 0 {
 		cfg.MaxSessions = DefaultMaxSessions
 	}
+	if cfg.MaxCooldownsPerProxy <= 0 {
+		cfg.MaxCooldownsPerProxy = DefaultMaxCooldownsPerProxy
+	}
+	if cfg.MaxCooldowns <= 0 {
+		cfg.MaxCooldowns = DefaultMaxCooldowns
+	}
 	if cfg.MinSyncInterval < 0 {
 		cfg.MinSyncInterval = 0
 	}
@@ -146,6 +163,7 @@ func NewMemory(cfg Config) *Memory {
 		selCache: map[string][]*bucket{},
 		leases:   map[string]*held{},
 		cool:     map[coolKey]*cooldown{},
+		coolBy:   map[string]int{},
 		sessions: map[string]*session{},
 	}
 }
@@ -263,11 +281,17 @@ func (m *Memory) grant(e *entry, h lifecycle.Health, r Request, now time.Time) L
 		if s == nil || s.proxy != e.p.Key {
 			// Leases of the old binding still count down on their own proxy: end() only
 			// touches the session when the proxies agree.
-			s = &session{proxy: e.p.Key}
+			if s != nil && s.index >= 0 {
+				heap.Remove(&m.idle, s.index)
+			}
+			s = &session{key: r.SessionKey, proxy: e.p.Key, index: -1}
 			m.sessions[r.SessionKey] = s
 		}
 		s.live++
 		s.until = time.Time{}
+		if s.index >= 0 {
+			heap.Remove(&m.idle, s.index)
+		}
 	}
 	m.emit(Event{Kind: EventGranted, At: now, LeaseID: l.id, Proxy: e.p.Key, Target: r.Target, Health: h})
 	return Lease{ID: l.id, Proxy: e.p, Health: h, Active: e.load, Target: r.Target, SessionKey: r.SessionKey, ExpiresAt: l.expires}
@@ -287,6 +311,11 @@ func (m *Memory) end(l *held, kind EventKind, now time.Time) {
 			s.live--
 			if s.live <= 0 {
 				s.live, s.until = 0, now.Add(m.cfg.SessionIdle)
+				if s.index >= 0 {
+					heap.Fix(&m.idle, s.index)
+				} else {
+					heap.Push(&m.idle, s)
+				}
 			}
 		}
 	}
@@ -365,11 +394,19 @@ func (m *Memory) Report(_ context.Context, id string, r Report) (Cooldown, error
 	if r.Result == ResultBanned {
 		base = m.cfg.BannedCooldown
 	}
+	m.reapCooldownsLocked(now)
 	k := coolKey{r.Target, l.proxy}
 	c := m.cool[k]
-	if c == nil || !now.Before(c.forget) {
-		c = &cooldown{}
+	if c == nil {
+		if n := m.coolBy[l.proxy]; n >= m.cfg.MaxCooldownsPerProxy {
+			return Cooldown{}, fmt.Errorf("report: %w", &TooManyCooldownsError{Scope: "proxy", Limit: m.cfg.MaxCooldownsPerProxy, Proxy: l.proxy})
+		}
+		if len(m.cool) >= m.cfg.MaxCooldowns {
+			return Cooldown{}, fmt.Errorf("report: %w", &TooManyCooldownsError{Scope: "total", Limit: m.cfg.MaxCooldowns})
+		}
+		c = &cooldown{key: k, index: -1}
 		m.cool[k] = c
+		m.coolBy[l.proxy]++
 	}
 	c.strikes++
 	d := base
@@ -385,6 +422,11 @@ func (m *Memory) Report(_ context.Context, id string, r Report) (Cooldown, error
 	// Strikes are remembered for as long again as the cooldown, so a proxy that is limited
 	// again soon after it comes back cools for longer.
 	c.forget = c.until.Add(d)
+	if c.index >= 0 {
+		heap.Fix(&m.forget, c.index)
+	} else {
+		heap.Push(&m.forget, c)
+	}
 	m.emit(Event{Kind: EventCooled, At: now, LeaseID: l.id, Proxy: l.proxy, Target: r.Target, Until: c.until})
 	out.Until, out.Strikes = c.until, c.strikes
 	return out, nil
@@ -448,22 +490,37 @@ func (m *Memory) behind() bool {
 	return !m.synced || m.cfg.Fleet.Version() != m.version
 }
 
-// Reap expires leases, cooldowns and sessions whose time has come.
+// Reap expires leases, cooldowns and sessions whose time has come. Each kind is kept in a
+// heap by expiry, so a reap costs O(log n) per entry that goes, not a walk of the tables:
+// a flood of cooldowns or sessions cannot stretch the time Acquire waits for the lock.
 func (m *Memory) Reap() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.cfg.Now()
 	m.reapLocked(now)
-	for k, c := range m.cool {
-		if !now.Before(c.forget) {
-			delete(m.cool, k)
+	m.reapCooldownsLocked(now)
+	for len(m.idle) > 0 && !now.Before(m.idle[0].until) {
+		s := heap.Pop(&m.idle).(*session)
+		delete(m.sessions, s.key)
+	}
+}
+
+func (m *Memory) reapCooldownsLocked(now time.Time) {
+	for len(m.forget) > 0 && !now.Before(m.forget[0].forget) {
+		c := heap.Pop(&m.forget).(*cooldown)
+		delete(m.cool, c.key)
+		if m.coolBy[c.key.proxy]--; m.coolBy[c.key.proxy] <= 0 {
+			delete(m.coolBy, c.key.proxy)
 		}
 	}
-	for k, s := range m.sessions {
-		if s.live == 0 && !now.Before(s.until) {
-			delete(m.sessions, k)
-		}
-	}
+}
+
+// CooldownCount is the number of remembered cooldowns (an optional capability of a Store,
+// read by the discovery metrics).
+func (m *Memory) CooldownCount() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.cool)
 }
 
 func (m *Memory) reapLocked(now time.Time) {
@@ -584,4 +641,50 @@ func (h *expiryHeap) Pop() any {
 	*h = old[:len(old)-1]
 	l.index = -1
 	return l
+}
+
+// coolHeap orders remembered cooldowns by the time they are forgotten.
+type coolHeap []*cooldown
+
+func (h coolHeap) Len() int           { return len(h) }
+func (h coolHeap) Less(i, j int) bool { return h[i].forget.Before(h[j].forget) }
+func (h coolHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *coolHeap) Push(x any) {
+	c := x.(*cooldown)
+	c.index = len(*h)
+	*h = append(*h, c)
+}
+func (h *coolHeap) Pop() any {
+	old := *h
+	c := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	c.index = -1
+	return c
+}
+
+// idleHeap orders sessions without live leases by the time they are dropped.
+type idleHeap []*session
+
+func (h idleHeap) Len() int           { return len(h) }
+func (h idleHeap) Less(i, j int) bool { return h[i].until.Before(h[j].until) }
+func (h idleHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *idleHeap) Push(x any) {
+	s := x.(*session)
+	s.index = len(*h)
+	*h = append(*h, s)
+}
+func (h *idleHeap) Pop() any {
+	old := *h
+	s := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	s.index = -1
+	return s
 }
