@@ -17,6 +17,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/proxy-operator/proxy-operator/netpolicy"
 )
 
 // Error kinds a failed probe reports: short stable words that end up in the Healthy
@@ -30,6 +32,7 @@ const (
 	KindUpstream      = "upstream_failed" // the proxy could not reach the target (5xx to CONNECT)
 	KindTLS           = "tls"             // the TLS handshake through the tunnel failed
 	KindBadURL        = "bad_url"         // the probe URL or proxy address cannot be used
+	KindEgressDenied  = "egress_denied"   // the egress policy forbids connecting to the proxy
 	KindCanceled      = "canceled"        // the scheduler stopped the probe
 	KindError         = "error"           // anything else
 	// A response with an unexpected status is "status_<code>", e.g. "status_503".
@@ -51,6 +54,9 @@ type Target struct {
 	Timeout time.Duration
 	// Expected are the status codes that count as success.
 	Expected []int32
+	// External says the proxy is an External Proxy's endpoint (the egress policy's
+	// allow-list for External endpoints applies).
+	External bool
 }
 
 // Result is the outcome of one probe.
@@ -76,7 +82,18 @@ type Prober interface {
 // tunnel and a TLS handshake with the target, so a proxy that accepts TCP but cannot reach
 // the internet fails.
 type HTTPProber struct {
-	tr *http.Transport
+	tr     *http.Transport
+	policy *netpolicy.Policy
+}
+
+// ProberOption configures an HTTPProber.
+type ProberOption func(*HTTPProber)
+
+// WithEgressPolicy checks every connection the prober makes against pol after DNS
+// resolution, so a proxy address (or a name that resolves, or rebinds, to one) the policy
+// denies is never connected to; such a probe fails with KindEgressDenied.
+func WithEgressPolicy(pol *netpolicy.Policy) ProberOption {
+	return func(p *HTTPProber) { p.policy = pol }
 }
 
 // maxBodyBytes is how much of a probe answer is read before the connection is dropped: the
@@ -87,7 +104,15 @@ type proxyKey struct{}
 
 // NewHTTPProber returns a prober. tlsConfig is used for the target's handshake; nil means
 // the system roots (tests pass one that trusts their own server).
-func NewHTTPProber(tlsConfig *tls.Config) *HTTPProber {
+func NewHTTPProber(tlsConfig *tls.Config, opts ...ProberOption) *HTTPProber {
+	p := &HTTPProber{}
+	for _, o := range opts {
+		o(p)
+	}
+	dialer := &net.Dialer{KeepAlive: -1}
+	if p.policy != nil {
+		dialer.ControlContext = p.policy.Control
+	}
 	if tlsConfig == nil {
 		tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12}
 	}
@@ -107,7 +132,7 @@ func NewHTTPProber(tlsConfig *tls.Config) *HTTPProber {
 			}
 			return nil
 		},
-		DialContext:       (&net.Dialer{KeepAlive: -1}).DialContext,
+		DialContext:       dialer.DialContext,
 		TLSClientConfig:   tlsConfig,
 		DisableKeepAlives: true,
 		// The per-probe context bounds everything; these only stop a runaway without one.
@@ -116,7 +141,8 @@ func NewHTTPProber(tlsConfig *tls.Config) *HTTPProber {
 		MaxResponseHeaderBytes: 64 << 10,
 		DisableCompression:     true,
 	}
-	return &HTTPProber{tr: tr}
+	p.tr = tr
+	return p
 }
 
 type connectError struct{ status int }
@@ -132,6 +158,7 @@ func (p *HTTPProber) Probe(ctx context.Context, t Target) Result {
 	}
 	proxyURL := &url.URL{Scheme: "http", Host: t.Proxy}
 	ctx = context.WithValue(ctx, proxyKey{}, proxyURL)
+	ctx = netpolicy.WithExternal(ctx, t.External)
 	if t.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, t.Timeout)
@@ -167,6 +194,8 @@ func classify(ctx context.Context, err error) string {
 	var alert tls.AlertError
 	var ce *connectError
 	switch {
+	case errors.Is(err, netpolicy.ErrDenied):
+		return KindEgressDenied
 	case errors.As(err, &ce) && ce.status >= 500:
 		return KindUpstream
 	case errors.As(err, &ce):

@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/fleet"
 	"github.com/proxy-operator/proxy-operator/lifecycle"
 )
@@ -229,6 +230,7 @@ func (l *loop) sync(ps []fleet.Proxy) {
 			URL:      hc.ProbeURL,
 			Timeout:  time.Duration(hc.TimeoutSeconds) * s.unit,
 			Expected: hc.ExpectedStatusCodes,
+			External: p.Mode == v1.ModeExternal,
 		}
 		interval := time.Duration(max(hc.IntervalSeconds, 1)) * s.unit
 		e, ok := l.entries[p.Key]

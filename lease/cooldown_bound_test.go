@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/proxy-operator/proxy-operator/fleet"
 )
 
 // TestCooldownsAreBounded is the cooldown flood (issue 10, item 1): one lease reporting
@@ -114,5 +116,28 @@ func TestSessionsReapedByHeap(t *testing.T) {
 	defer f.store.mu.Unlock()
 	if len(f.store.sessions) != 0 || len(f.store.idle) != 0 {
 		t.Errorf("%d sessions, %d idle after the idle time; want 0", len(f.store.sessions), len(f.store.idle))
+	}
+}
+
+// TestAdmitDeniesLease: a proxy the egress policy refuses is never leased, even when its
+// health says Healthy (a recorded status after a restart), and is counted as unhealthy.
+func TestAdmitDeniesLease(t *testing.T) {
+	f := newFixture(t, spec{name: "meta", max: 10, latency: 1}, spec{name: "ok", max: 10, latency: 50})
+	f.store = NewMemory(Config{Fleet: f.view, Health: f.health, Now: f.clock.Now, Admit: func(p fleet.Proxy) error {
+		if p.Key == "ns/meta" {
+			return errors.New("denied")
+		}
+		return nil
+	}})
+	for range 3 {
+		if got := f.mustAcquire(t, Request{}).Proxy.Key; got != "ns/ok" {
+			t.Fatalf("leased %s, want ns/ok", got)
+		}
+	}
+	f.view.Remove("ns/ok")
+	_, err := f.acquire(t, Request{})
+	var nm *NoMatchError
+	if !errors.As(err, &nm) || nm.Unhealthy != 1 {
+		t.Fatalf("Acquire with only the denied proxy: %v, want a NoMatchError with 1 unhealthy", err)
 	}
 }

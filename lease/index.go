@@ -20,6 +20,7 @@ type entry struct {
 	p       fleet.Proxy
 	load    int
 	healthy bool  // leasable by the last verdict the index saw
+	denied  bool  // refused by Config.Admit: never leased
 	latency int64 // from that verdict
 	bucket  *bucket
 	inTree  bool

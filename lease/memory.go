@@ -72,6 +72,10 @@ type Config struct {
 	ReapInterval    time.Duration
 	HealthRefresh   time.Duration
 	MinSyncInterval time.Duration
+	// Admit, when set, is asked once per version of a proxy record whether the proxy may be
+	// leased at all (the egress policy: a denied endpoint is never handed to a crawler,
+	// whatever its health says).
+	Admit func(fleet.Proxy) error
 	// Observe, when set, is called with every change while the store's lock is held: it
 	// must be quick and must not call back into the store.
 	Observe func(Event)
@@ -259,7 +263,7 @@ func (m *Memory) check(e *entry, target string, now time.Time) (lifecycle.Health
 	}
 	h := m.cfg.Health.Health(e.p.Key)
 	switch {
-	case !Leasable(p, h):
+	case e.denied || !Leasable(p, h):
 		return h, unhealthy
 	case e.load >= int(p.MaxLeases):
 		return h, full
@@ -555,8 +559,9 @@ func (m *Memory) syncLocked(now time.Time) {
 			m.detach(e)
 		}
 		e.p = p
+		e.denied = m.cfg.Admit != nil && m.cfg.Admit(p) != nil
 		h := m.cfg.Health.Health(p.Key)
-		e.healthy, e.latency = Leasable(p, h), h.LatencyMillis
+		e.healthy, e.latency = !e.denied && Leasable(p, h), h.LatencyMillis
 		m.attach(e)
 	}
 	var gone map[string]bool
@@ -598,7 +603,7 @@ func (m *Memory) RefreshHealth() {
 }
 
 func (m *Memory) refreshEntry(e *entry, h lifecycle.Health) {
-	ok := Leasable(e.p, h)
+	ok := !e.denied && Leasable(e.p, h)
 	if ok == e.healthy && h.LatencyMillis == e.latency {
 		return
 	}

@@ -4,7 +4,16 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"regexp"
 	"strings"
+
+	"github.com/proxy-operator/proxy-operator/netpolicy"
+)
+
+// The CRD's patterns for a Secret reference, repeated for bodies that skipped the API server.
+var (
+	secretName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+	secretKey  = regexp.MustCompile(`^[-._a-zA-Z0-9]+$`)
 )
 
 // Validate repeats the CRD's schema and CEL rules for bodies that did not pass through the
@@ -31,6 +40,8 @@ func (s *ProxySpec) Validate() error {
 		} else {
 			if strings.TrimSpace(s.Endpoint.Host) == "" {
 				bad("endpoint.host", "required")
+			} else if err := netpolicy.ValidHost(s.Endpoint.Host); err != nil {
+				bad("endpoint.host", "%q is not an IP address or a DNS name", s.Endpoint.Host)
 			}
 			if s.Endpoint.Port < 1 || s.Endpoint.Port > 65535 {
 				bad("endpoint.port", "%d is not a port (1-65535)", s.Endpoint.Port)
@@ -53,6 +64,10 @@ func (s *ProxySpec) Validate() error {
 		}
 		if r := c.SecretRef; r != nil && (r.Name == "" || r.Key == "") {
 			bad("cloudInit.secretRef", "name and key are required")
+		} else if r != nil && !secretName.MatchString(r.Name) {
+			bad("cloudInit.secretRef.name", "%q is not a Secret name (a DNS subdomain; a Secret of another namespace cannot be named)", r.Name)
+		} else if r != nil && !secretKey.MatchString(r.Key) {
+			bad("cloudInit.secretRef.key", "%q is not a Secret key (letters, digits, '-', '_', '.')", r.Key)
 		}
 	}
 	if h := s.HealthCheck; h != nil {
