@@ -82,3 +82,9 @@ func InstanceName(uid string) string {
 	sum := sha256.Sum256([]byte(uid))
 	return "proxy-" + hex.EncodeToString(sum[:])[:12]
 }
+
+// Owned reports whether inst carries uid's owner tag: the operator never acts on an instance
+// it cannot show belongs to the Proxy asking, whatever that Proxy's status names.
+func Owned(inst *Instance, uid string) bool {
+	return inst != nil && uid != "" && inst.OwnerUID == uid
+}

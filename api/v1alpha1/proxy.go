@@ -31,6 +31,9 @@ const (
 const (
 	ConditionProvisioned = "Provisioned"
 	ConditionHealthy     = "Healthy"
+	// ConditionForeignInstanceIgnored is True when status.providerID named an instance
+	// another Proxy owns: the operator ignored it (neither read nor deleted it).
+	ConditionForeignInstanceIgnored = "ForeignInstanceIgnored"
 )
 
 // Defaults applied by the CRD schema and, for bodies that bypass the API server, by Default.
