@@ -28,23 +28,29 @@ func TestHTTPProberEgressPolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	mockOnly, err := netpolicy.New(netpolicy.Config{LoopbackProviders: []string{"mock"}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name     string
 		pol      *netpolicy.Policy
 		proxy    string
+		dest     netpolicy.Dest
 		wantKind string
 	}{
-		{"loopback address denied", deny, proxy.addr(), KindEgressDenied},
-		{"name resolving to loopback denied", deny, net.JoinHostPort("localhost", port), KindEgressDenied},
-		{"the operator's own listener denied", own, proxy.addr(), KindEgressDenied},
-		{"loopback allowed by config", allow, proxy.addr(), ""},
+		{"loopback address denied", deny, proxy.addr(), netpolicy.Dest{Provider: "gcp"}, KindEgressDenied},
+		{"name resolving to loopback denied", deny, net.JoinHostPort("localhost", port), netpolicy.Dest{External: true}, KindEgressDenied},
+		{"the operator's own listener denied", own, proxy.addr(), netpolicy.Dest{}, KindEgressDenied},
+		{"loopback allowed by config", allow, proxy.addr(), netpolicy.Dest{External: true}, ""},
+		{"loopback allowed for the mock provider", mockOnly, proxy.addr(), netpolicy.Dest{Provider: "mock"}, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			prober := NewHTTPProber(trusting(target), WithEgressPolicy(tc.pol))
 			defer prober.Close()
 			before := proxy.connect.Load()
-			r := prober.Probe(context.Background(), Target{Proxy: tc.proxy, URL: target.url(), Timeout: 5 * time.Second, Expected: []int32{200, 204}})
+			r := prober.Probe(context.Background(), Target{Proxy: tc.proxy, Dest: tc.dest, URL: target.url(), Timeout: 5 * time.Second, Expected: []int32{200, 204}})
 			if r.Kind != tc.wantKind {
 				t.Fatalf("probe kind %q (err %v), want %q", r.Kind, r.Err, tc.wantKind)
 			}

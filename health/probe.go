@@ -54,9 +54,8 @@ type Target struct {
 	Timeout time.Duration
 	// Expected are the status codes that count as success.
 	Expected []int32
-	// External says the proxy is an External Proxy's endpoint (the egress policy's
-	// allow-list for External endpoints applies).
-	External bool
+	// Dest says whose endpoint the proxy is, for the egress policy.
+	Dest netpolicy.Dest
 }
 
 // Result is the outcome of one probe.
@@ -158,7 +157,7 @@ func (p *HTTPProber) Probe(ctx context.Context, t Target) Result {
 	}
 	proxyURL := &url.URL{Scheme: "http", Host: t.Proxy}
 	ctx = context.WithValue(ctx, proxyKey{}, proxyURL)
-	ctx = netpolicy.WithExternal(ctx, t.External)
+	ctx = netpolicy.WithDest(ctx, t.Dest)
 	if t.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, t.Timeout)

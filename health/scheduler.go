@@ -17,6 +17,7 @@ import (
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/fleet"
 	"github.com/proxy-operator/proxy-operator/lifecycle"
+	"github.com/proxy-operator/proxy-operator/netpolicy"
 )
 
 // DefaultWorkers bounds concurrent probes when Config.Workers is zero.
@@ -230,7 +231,7 @@ func (l *loop) sync(ps []fleet.Proxy) {
 			URL:      hc.ProbeURL,
 			Timeout:  time.Duration(hc.TimeoutSeconds) * s.unit,
 			Expected: hc.ExpectedStatusCodes,
-			External: p.Mode == v1.ModeExternal,
+			Dest:     netpolicy.Dest{External: p.Mode == v1.ModeExternal, Provider: p.Provider},
 		}
 		interval := time.Duration(max(hc.IntervalSeconds, 1)) * s.unit
 		e, ok := l.entries[p.Key]

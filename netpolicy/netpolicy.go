@@ -33,9 +33,12 @@ func (e *DeniedError) Unwrap() error { return ErrDenied }
 // Config is the policy's knobs. The zero Config is the safe default: loopback denied, any
 // other unicast address allowed for every proxy.
 type Config struct {
-	// AllowLoopback lets proxies live on 127.0.0.0/8 and ::1 (the mock provider's proxies,
-	// tests). The operator's own listeners stay denied.
+	// AllowLoopback lets any proxy live on 127.0.0.0/8 and ::1 (tests, a laptop). The
+	// operator's own listeners stay denied.
 	AllowLoopback bool
+	// LoopbackProviders are providers whose Managed instances live on loopback (the mock
+	// provider's forward proxies): their instances may be there even without AllowLoopback.
+	LoopbackProviders []string
 	// ExternalCIDRs, when not empty, is the only place External endpoints may resolve to.
 	ExternalCIDRs []netip.Prefix
 	// OwnListeners are the operator's listen addresses ("host:port", host empty or
@@ -46,6 +49,7 @@ type Config struct {
 // Policy answers egress questions. It is immutable and safe for concurrent use.
 type Policy struct {
 	allowLoopback bool
+	loopbackProv  map[string]bool
 	external      []netip.Prefix
 	ownPorts      map[uint16]bool         // ports the operator listens on every interface
 	own           map[netip.AddrPort]bool // exact listener addresses
@@ -78,9 +82,13 @@ var metadataAddrs = map[netip.Addr]bool{
 func New(cfg Config) (*Policy, error) {
 	p := &Policy{
 		allowLoopback: cfg.AllowLoopback,
+		loopbackProv:  map[string]bool{},
 		ownPorts:      map[uint16]bool{},
 		own:           map[netip.AddrPort]bool{},
 		localAddrs:    interfaceAddrs(),
+	}
+	for _, n := range cfg.LoopbackProviders {
+		p.loopbackProv[n] = true
 	}
 	for _, pr := range cfg.ExternalCIDRs {
 		if !pr.IsValid() {
@@ -168,11 +176,22 @@ func ValidHost(host string) error {
 	return nil
 }
 
+// Dest says whose endpoint a check is about.
+type Dest struct {
+	// External is an External Proxy's endpoint: the CIDR allow-list applies.
+	External bool
+	// Provider is a Managed Proxy's provider name (LoopbackProviders may be on loopback).
+	Provider string
+}
+
+func (p *Policy) loopbackOK(d Dest) bool {
+	return p.allowLoopback || !d.External && d.Provider != "" && p.loopbackProv[d.Provider]
+}
+
 // CheckHost is the static check of a proxy endpoint, without DNS: the host must be valid, not
-// a metadata name, and, if it is an address, an allowed one. external says the endpoint is an
-// External Proxy's (the CIDR allow-list applies; a name is allowed here and checked at dial
-// time, after it resolves). A zero port skips the own-listener check.
-func (p *Policy) CheckHost(host string, port uint16, external bool) error {
+// a metadata name, and, if it is an address, an allowed one (a name is checked at dial time,
+// after it resolves). A zero port skips the own-listener check.
+func (p *Policy) CheckHost(host string, port uint16, d Dest) error {
 	if err := ValidHost(host); err != nil {
 		return err
 	}
@@ -180,16 +199,16 @@ func (p *Policy) CheckHost(host string, port uint16, external bool) error {
 		return &DeniedError{Host: host, Reason: "a cloud metadata service name"}
 	}
 	if a, err := netip.ParseAddr(host); err == nil {
-		return p.CheckAddr(a, port, external)
+		return p.CheckAddr(a, port, d)
 	}
-	if strings.EqualFold(strings.TrimSuffix(host, "."), "localhost") && !p.allowLoopback {
+	if strings.EqualFold(strings.TrimSuffix(host, "."), "localhost") && !p.loopbackOK(d) {
 		return &DeniedError{Host: host, Reason: "loopback, denied outside tests (-allow-loopback-proxies)"}
 	}
 	return nil
 }
 
 // CheckAddr checks one resolved address (port 0: skip the own-listener check).
-func (p *Policy) CheckAddr(a netip.Addr, port uint16, external bool) error {
+func (p *Policy) CheckAddr(a netip.Addr, port uint16, d Dest) error {
 	a = a.Unmap().WithZone("")
 	deny := func(reason string) error {
 		h := a.String()
@@ -209,13 +228,13 @@ func (p *Policy) CheckAddr(a netip.Addr, port uint16, external bool) error {
 		return deny("the unspecified address")
 	case a.IsMulticast() || a == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
 		return deny("not a unicast address")
-	case a.IsLoopback() && !p.allowLoopback:
+	case a.IsLoopback() && !p.loopbackOK(d):
 		return deny("loopback, denied outside tests (-allow-loopback-proxies)")
 	}
 	if port != 0 && p.isOwn(a, port) {
 		return deny("one of the operator's own listeners")
 	}
-	if external && len(p.external) > 0 {
+	if d.External && len(p.external) > 0 {
 		for _, pr := range p.external {
 			if pr.Contains(a) {
 				return nil
@@ -244,12 +263,11 @@ func (p *Policy) isOwn(a netip.Addr, port uint16) bool {
 	return false
 }
 
-type externalKey struct{}
+type destKey struct{}
 
-// WithExternal marks ctx as a connection to an External Proxy's endpoint, so Control applies
-// the External allow-list.
-func WithExternal(ctx context.Context, external bool) context.Context {
-	return context.WithValue(ctx, externalKey{}, external)
+// WithDest says whose endpoint the connections made under ctx go to, for Control.
+func WithDest(ctx context.Context, d Dest) context.Context {
+	return context.WithValue(ctx, destKey{}, d)
 }
 
 // Control is a net.Dialer.ControlContext: it checks the address a connection is about to be
@@ -259,6 +277,6 @@ func (p *Policy) Control(ctx context.Context, _, address string, _ syscall.RawCo
 	if err != nil {
 		return &DeniedError{Host: address, Reason: "not an address:port"}
 	}
-	external, _ := ctx.Value(externalKey{}).(bool)
-	return p.CheckAddr(ap.Addr(), ap.Port(), external)
+	d, _ := ctx.Value(destKey{}).(Dest)
+	return p.CheckAddr(ap.Addr(), ap.Port(), d)
 }

@@ -3,40 +3,130 @@ package mock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
+	"sync"
+	"syscall"
 	"time"
 )
 
-// ServeForwardProxy listens on addr and serves a minimal HTTP forward proxy there: CONNECT
-// tunnels and absolute-URI GETs, so probes and crawlers on a laptop go through a real proxy.
-// The returned stop closes the listener and every open tunnel.
+// ErrRelayDenied is the error of a relay to a destination the mock proxy does not serve.
+var ErrRelayDenied = errors.New("mock proxy: destination not allowed")
+
+// ForwardConfig configures one mock forward proxy.
+type ForwardConfig struct {
+	// RelayAnywhere lets the proxy relay to any address. By default it relays only to
+	// loopback, so a laptop fleet cannot be used to reach the network it runs in.
+	RelayAnywhere bool
+}
+
+// ServeForwardProxy is ServeForwardProxyWith and the default config (loopback only).
 func ServeForwardProxy(addr string) (stop func(), err error) {
+	return ServeForwardProxyWith(addr, ForwardConfig{})
+}
+
+// ServeForwardProxyWith listens on addr and serves a minimal HTTP forward proxy there: CONNECT
+// tunnels and absolute-URI GETs, so probes and crawlers on a laptop go through a real proxy.
+// The returned stop closes the listener and every open connection, hijacked tunnels
+// included: a deleted instance relays nothing more.
+func ServeForwardProxyWith(addr string, cfg ForwardConfig) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
+	fp := &forwardProxy{cfg: cfg, tunnels: map[net.Conn]struct{}{}}
+	fp.dialer = &net.Dialer{Timeout: 10 * time.Second, ControlContext: fp.control}
+	fp.transport = &http.Transport{
+		Proxy:                 nil,
+		DialContext:           fp.dialer.DialContext,
+		ResponseHeaderTimeout: 30 * time.Second,
+		DisableKeepAlives:     true,
+	}
 	srv := &http.Server{
-		Handler:           http.HandlerFunc(forward),
+		Handler:           http.HandlerFunc(fp.forward),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       30 * time.Second,
 	}
 	go func() { _ = srv.Serve(ln) }()
 	return func() {
+		// Close the tunnels first: Shutdown does not know hijacked connections, and a
+		// tunnel that outlived its instance would keep relaying for whoever opened it.
+		fp.closeTunnels()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		if srv.Shutdown(ctx) != nil {
 			_ = srv.Close()
 		}
+		fp.transport.CloseIdleConnections()
 	}, nil
 }
 
-var dialer = &net.Dialer{Timeout: 10 * time.Second}
+type forwardProxy struct {
+	cfg       ForwardConfig
+	dialer    *net.Dialer
+	transport *http.Transport
 
-func forward(w http.ResponseWriter, r *http.Request) {
+	mu      sync.Mutex
+	closed  bool
+	tunnels map[net.Conn]struct{} // both ends of every open tunnel
+}
+
+// control runs after DNS resolution, on the address actually dialled.
+func (fp *forwardProxy) control(_ context.Context, _, address string, _ syscall.RawConn) error {
+	if fp.cfg.RelayAnywhere {
+		return nil
+	}
+	ap, err := netip.ParseAddrPort(address)
+	if err != nil || !ap.Addr().Unmap().IsLoopback() {
+		return fmt.Errorf("%w: %s is not loopback (set relayAnywhere to relay elsewhere)", ErrRelayDenied, address)
+	}
+	return nil
+}
+
+// track registers conns as a tunnel; false when the proxy is already stopped.
+func (fp *forwardProxy) track(conns ...net.Conn) bool {
+	fp.mu.Lock()
+	defer fp.mu.Unlock()
+	if fp.closed {
+		return false
+	}
+	for _, c := range conns {
+		fp.tunnels[c] = struct{}{}
+	}
+	return true
+}
+
+func (fp *forwardProxy) untrack(conns ...net.Conn) {
+	fp.mu.Lock()
+	defer fp.mu.Unlock()
+	for _, c := range conns {
+		delete(fp.tunnels, c)
+	}
+}
+
+func (fp *forwardProxy) closeTunnels() {
+	fp.mu.Lock()
+	defer fp.mu.Unlock()
+	fp.closed = true
+	for c := range fp.tunnels {
+		_ = c.Close()
+	}
+	clear(fp.tunnels)
+}
+
+func relayStatus(err error) int {
+	if errors.Is(err, ErrRelayDenied) {
+		return http.StatusForbidden
+	}
+	return http.StatusBadGateway
+}
+
+func (fp *forwardProxy) forward(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodConnect {
-		tunnel(w, r)
+		fp.tunnel(w, r)
 		return
 	}
 	if !r.URL.IsAbs() {
@@ -47,9 +137,9 @@ func forward(w http.ResponseWriter, r *http.Request) {
 	out.RequestURI = ""
 	out.Header.Del("Proxy-Connection")
 	out.Header.Del("Proxy-Authorization")
-	resp, err := transport.RoundTrip(out)
+	resp, err := fp.transport.RoundTrip(out)
 	if err != nil {
-		http.Error(w, "mock proxy: "+err.Error(), http.StatusBadGateway)
+		http.Error(w, "mock proxy: "+err.Error(), relayStatus(err))
 		return
 	}
 	defer resp.Body.Close()
@@ -62,17 +152,10 @@ func forward(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.Copy(w, resp.Body)
 }
 
-var transport = &http.Transport{
-	Proxy:                 nil,
-	DialContext:           dialer.DialContext,
-	ResponseHeaderTimeout: 30 * time.Second,
-	DisableKeepAlives:     true,
-}
-
-func tunnel(w http.ResponseWriter, r *http.Request) {
-	upstream, err := dialer.DialContext(r.Context(), "tcp", r.Host)
+func (fp *forwardProxy) tunnel(w http.ResponseWriter, r *http.Request) {
+	upstream, err := fp.dialer.DialContext(r.Context(), "tcp", r.Host)
 	if err != nil {
-		http.Error(w, "mock proxy: "+err.Error(), http.StatusBadGateway)
+		http.Error(w, "mock proxy: "+err.Error(), relayStatus(err))
 		return
 	}
 	hj, ok := w.(http.Hijacker)
@@ -87,6 +170,12 @@ func tunnel(w http.ResponseWriter, r *http.Request) {
 		upstream.Close()
 		return
 	}
+	if !fp.track(client, upstream) {
+		client.Close()
+		upstream.Close()
+		return
+	}
+	defer fp.untrack(client, upstream)
 	// Bytes the client sent after the CONNECT line are already buffered.
 	if n := buf.Reader.Buffered(); n > 0 {
 		b, _ := buf.Reader.Peek(n)
