@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/proxy-operator/proxy-operator/fleet"
+	"github.com/proxy-operator/proxy-operator/lifecycle"
 )
 
 // TestCooldownsAreBounded is the cooldown flood (issue 10, item 1): one lease reporting
@@ -139,5 +140,32 @@ func TestAdmitDeniesLease(t *testing.T) {
 	var nm *NoMatchError
 	if !errors.As(err, &nm) || nm.Unhealthy != 1 {
 		t.Fatalf("Acquire with only the denied proxy: %v, want a NoMatchError with 1 unhealthy", err)
+	}
+}
+
+// TestAcquireScopedToNamespaces: a caller with lease rights in some namespaces never gets a
+// proxy of another, even the best one or the one its session last had.
+func TestAcquireScopedToNamespaces(t *testing.T) {
+	f := newFixture(t)
+	for _, p := range []fleet.Proxy{
+		{Key: "team-a/p", UID: "a", IP: "10.0.0.1", Port: 3128, MaxLeases: 10, Attributes: map[string]string{"geo": "eu"}},
+		{Key: "team-b/p", UID: "b", IP: "10.0.0.2", Port: 3128, MaxLeases: 10, Attributes: map[string]string{"geo": "eu"}},
+	} {
+		f.view.Upsert(p)
+	}
+	f.health.set("team-a/p", lifecycle.HealthHealthy, 90)
+	f.health.set("team-b/p", lifecycle.HealthHealthy, 10) // the better one
+	if got := f.mustAcquire(t, Request{SessionKey: "s"}).Proxy.Key; got != "team-b/p" {
+		t.Fatalf("unscoped lease on %s, want team-b/p", got)
+	}
+	for range 3 {
+		if got := f.mustAcquire(t, Request{SessionKey: "s", Namespaces: []string{"team-a"}}).Proxy.Key; got != "team-a/p" {
+			t.Fatalf("lease scoped to team-a on %s", got)
+		}
+	}
+	_, err := f.acquire(t, Request{Namespaces: []string{"team-c"}})
+	var nm *NoMatchError
+	if !errors.As(err, &nm) || nm.Matching != 0 {
+		t.Fatalf("lease scoped to an empty namespace: %v, want no match over 0 proxies", err)
 	}
 }

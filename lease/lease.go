@@ -101,6 +101,9 @@ type Request struct {
 	Target string
 	// SessionKey, when set, asks for the proxy the same key got last, while it still fits.
 	SessionKey string
+	// Namespaces, when not nil, limits the lease to proxies in these namespaces (the caller's
+	// lease rights); the NoMatchError then counts only those proxies.
+	Namespaces []string
 }
 
 // Lease is a granted lease.

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -193,7 +194,7 @@ func (m *Memory) Acquire(_ context.Context, r Request) (Lease, error) {
 
 	if r.SessionKey != "" {
 		if s := m.sessions[r.SessionKey]; s != nil {
-			if e := m.entries[s.proxy]; e != nil && containsAll(e.p.Attributes, r.Selector) {
+			if e := m.entries[s.proxy]; e != nil && containsAll(e.p.Attributes, r.Selector) && inNamespaces(e.bucket, r.Namespaces) {
 				if h, v := m.check(e, r.Target, now); v == fits {
 					return m.grant(e, h, r, now), nil
 				}
@@ -209,6 +210,9 @@ func (m *Memory) Acquire(_ context.Context, r Request) (Lease, error) {
 		health = map[*entry]lifecycle.Health{}
 	)
 	for _, b := range m.match(r.Selector) {
+		if !inNamespaces(b, r.Namespaces) {
+			continue
+		}
 		nm.Matching += b.size
 		nm.Unhealthy += b.unhealthy
 		nm.AtCapacity += b.full
@@ -242,6 +246,10 @@ func (m *Memory) Acquire(_ context.Context, r Request) (Lease, error) {
 		return Lease{}, &nm
 	}
 	return m.grant(best, bestH, r, now), nil
+}
+
+func inNamespaces(b *bucket, nss []string) bool {
+	return nss == nil || b != nil && slices.Contains(nss, b.ns)
 }
 
 // verdict is why a proxy can or cannot take a lease now.
