@@ -41,7 +41,7 @@ bench-probes:
 # proxies) against no-op handlers on the same server, then the index against a fleet scan
 # (about 40 s in all).
 bench-discovery:
-	$(GO) test -run '^$$' -bench BenchmarkDiscoveryLease -benchtime 3x ./server/
+	$(GO) test -run '^$$' -bench BenchmarkDiscoveryLease -benchtime 3x ./server/discovery/
 	$(GO) test -run '^$$' -bench BenchmarkAcquireRelease -benchtime 1s ./lease/
 
 # fuzz runs every fuzz target in the module for FUZZTIME each, one after another (go test

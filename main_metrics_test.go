@@ -3,10 +3,8 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -25,29 +23,9 @@ func TestMetricsMoveWithAScenario(t *testing.T) {
 	if err := os.WriteFile(pcfg, []byte("providers:\n  - name: mock\n    type: mock\n    mock:\n      provisioningDelay: 100ms\n      serveProxies: true\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := parseFlags([]string{"-hook-addr", "127.0.0.1:0", "-discovery-addr", "127.0.0.1:0", "-providers-config", pcfg,
-		"-fleet-warmup", "0s", "-gc-interval", "100ms"}, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	ready := make(chan listening, 1)
-	go func() { done <- run(ctx, cfg, slog.New(slog.DiscardHandler), ready) }()
-	var addr listening
-	select {
-	case addr = <-ready:
-	case err := <-done:
-		t.Fatalf("run: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("process did not start")
-	}
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("run returned %v", err)
-		}
-	})
+	var addr struct{ Hook, Discovery string }
+	addr.Hook, addr.Discovery, _ = boot(t, "-hook-addr", "127.0.0.1:0", "-discovery-addr", "127.0.0.1:0", "-providers-config", pcfg,
+		"-fleet-warmup", "0s", "-gc-interval", "100ms")
 	client := &http.Client{Timeout: 10 * time.Second}
 	call := func(method, url string, body any) (int, map[string]any) {
 		t.Helper()

@@ -13,49 +13,53 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxy-operator/proxy-operator/operator"
 	"github.com/proxy-operator/proxy-operator/replay"
 )
 
-func TestReplayCommand(t *testing.T) {
+// TestReplaySubcommand: "replay" dispatches to the replay command, whatever flags follow.
+func TestReplaySubcommand(t *testing.T) {
 	var out bytes.Buffer
-	if err := runReplay([]string{filepath.Join("testdata", "sync", "create-quota")}, &out); err != nil {
+	if err := dispatch(context.Background(), []string{"replay", filepath.Join("testdata", "sync", "create-quota")}, &out, io.Discard); err != nil {
 		t.Fatalf("replay of a committed fixture: %v\n%s", err, out.String())
 	}
-	for _, want := range []string{"HTTP 200", `"reason": "QuotaExceeded"`, "create proxy-30027a145f80 -> mock create: quota exceeded", "golden: match"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("output lacks %q:\n%s", want, out.String())
-		}
+	if !strings.Contains(out.String(), "golden: match") {
+		t.Errorf("output lacks the golden verdict:\n%s", out.String())
 	}
+	if err := dispatch(context.Background(), []string{"replay"}, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "usage:") {
+		t.Errorf("replay without a directory: %v, want the usage", err)
+	}
+}
 
-	// A fixture whose golden is wrong makes the command fail and print the diff.
-	dir := t.TempDir()
-	for _, f := range []string{replay.RequestFile, replay.StateFile, replay.CallsFile} {
-		b, err := os.ReadFile(filepath.Join("testdata", "sync", "create-quota", f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.WriteFile(filepath.Join(dir, replay.ResponseFile), []byte(`{"code":200,"body":{"status":{"phase":"Ready"},"children":[]}}`), 0o644); err != nil {
+// boot parses args as the command line would, builds the operator through operator.New and
+// runs it until the test ends. It returns the bound hook and discovery addresses.
+func boot(t *testing.T, args ...string) (hook, disc string, stop func()) {
+	t.Helper()
+	o, err := parseFlags(args, io.Discard)
+	if err != nil {
 		t.Fatal(err)
 	}
-	out.Reset()
-	// The hook comes from the folder's parent name unless state.json says it.
-	st := filepath.Join(dir, replay.StateFile)
-	b, _ := os.ReadFile(st)
-	if err := os.WriteFile(st, bytes.Replace(b, []byte(`{`), []byte(`{"hook":"sync",`), 1), 0o644); err != nil {
+	o.operator.Log = slog.New(slog.DiscardHandler)
+	op, err := operator.New(o.operator)
+	if err != nil {
 		t.Fatal(err)
 	}
-	err := runReplay([]string{dir}, &out)
-	if err == nil || !strings.Contains(out.String(), "golden: differs") || !strings.Contains(out.String(), `-`) {
-		t.Errorf("wrong golden: err %v, output:\n%s", err, out.String())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- op.Run(ctx) }()
+	stopped := false
+	stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
 	}
-
-	if err := runReplay(nil, io.Discard); err == nil {
-		t.Error("replay without a directory: no error")
-	}
+	t.Cleanup(stop)
+	return op.HookAddr(), op.DiscoveryAddr(), stop
 }
 
 // TestCaptureThenReplay boots the operator with -capture-dir, sends it real hook calls, and
@@ -69,23 +73,7 @@ func TestCaptureThenReplay(t *testing.T) {
 	if err := os.WriteFile(pcfg, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := parseFlags([]string{"-hook-addr", "127.0.0.1:0", "-discovery-addr", "127.0.0.1:0", "-providers-config", pcfg, "-capture-dir", capture}, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan listening, 1)
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, cfg, slog.New(slog.DiscardHandler), ready) }()
-	var addr string
-	select {
-	case l := <-ready:
-		addr = l.Hook
-	case err := <-done:
-		t.Fatalf("run: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("server did not start")
-	}
+	addr, _, stop := boot(t, "-hook-addr", "127.0.0.1:0", "-discovery-addr", "127.0.0.1:0", "-providers-config", pcfg, "-capture-dir", capture)
 	client := &http.Client{Timeout: 10 * time.Second}
 	post := func(hook string, body []byte) map[string]any {
 		t.Helper()
@@ -130,10 +118,7 @@ func TestCaptureThenReplay(t *testing.T) {
 	req["finalizing"] = true
 	post("finalize", marshal(req))
 
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("run: %v", err)
-	}
+	stop()
 	cases, err := replay.LoadAll(capture)
 	if err != nil {
 		t.Fatal(err)
@@ -158,7 +143,7 @@ func TestCaptureThenReplay(t *testing.T) {
 		t.Errorf("captured %d faults and %d instances, want 1 and 2", faults, instances)
 	}
 	var out bytes.Buffer
-	if err := runReplay([]string{capture}, &out); err != nil {
+	if err := dispatch(context.Background(), []string{"replay", capture}, &out, io.Discard); err != nil {
 		t.Errorf("replay %s: %v\n%s", capture, err, out.String())
 	}
 }

@@ -25,7 +25,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/providers"
 	"github.com/proxy-operator/proxy-operator/providers/kubernetes"
 	"github.com/proxy-operator/proxy-operator/providers/mock"
-	"github.com/proxy-operator/proxy-operator/server"
+	"github.com/proxy-operator/proxy-operator/server/hooks"
 )
 
 var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
@@ -52,7 +52,7 @@ type process struct {
 func start(t *testing.T, clk *clocktest.Clock, set *providers.Set, status map[string]json.RawMessage) *process {
 	t.Helper()
 	view := fleet.New(clk.Now, warmup)
-	h := &server.Hooks{Providers: set, Fleet: view, Now: clk.Now}
+	h := &hooks.Hooks{Providers: set, Fleet: view, Now: clk.Now}
 	return &process{t: t, view: view, hooks: h.Handler(), status: status}
 }
 

@@ -87,7 +87,7 @@ type Fleet interface {
 	Changed() <-chan struct{}
 }
 
-// Health is the prober's live verdict by proxy key (server.HealthSource has the same method).
+// Health is the prober's live verdict by proxy key (hooks.HealthSource and discovery.HealthSource have the same method).
 type Health interface {
 	Health(key string) lifecycle.Health
 }

@@ -26,7 +26,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/proxy-operator/proxy-operator/providers/factory"
-	"github.com/proxy-operator/proxy-operator/server"
+	"github.com/proxy-operator/proxy-operator/server/hooks"
 )
 
 const (
@@ -211,10 +211,10 @@ func TestCRDIsTheGeneratedOne(t *testing.T) {
 // routes walks the hook server's router: method+path -> true.
 func routes(t *testing.T) map[string]bool {
 	t.Helper()
-	h := (&server.Hooks{}).Handler()
+	h := (&hooks.Hooks{}).Handler()
 	rs, ok := h.(chi.Routes)
 	if !ok {
-		t.Fatalf("server.Hooks.Handler() is a %T, not a chi router: cannot list its routes", h)
+		t.Fatalf("hooks.Hooks.Handler() is a %T, not a chi router: cannot list its routes", h)
 	}
 	got := map[string]bool{}
 	err := chi.Walk(rs, func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {

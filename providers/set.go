@@ -2,6 +2,8 @@ package providers
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -57,6 +59,34 @@ func (s *Set) Entries() []Entry {
 		return 0
 	})
 	return out
+}
+
+// Close closes every provider that holds resources (one with a Close method, looked for
+// through wrappers that Unwrap), so that served proxies and client connections end with the
+// process. Call it once the servers have stopped.
+func (s *Set) Close() error {
+	var errs []error
+	for _, e := range s.Entries() {
+		p := e.Provider
+		for p != nil {
+			if c, ok := p.(interface{ Close() error }); ok {
+				if err := c.Close(); err != nil {
+					errs = append(errs, fmt.Errorf("provider %s: close: %w", e.Name, err))
+				}
+				break
+			}
+			if c, ok := p.(interface{ Close() }); ok {
+				c.Close()
+				break
+			}
+			u, ok := p.(interface{ Unwrap() Provider })
+			if !ok {
+				break
+			}
+			p = u.Unwrap()
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Metrics counts provider calls as proxy_operator_provider_requests_total{provider,op,result}.

@@ -7,8 +7,10 @@ import (
 	"path/filepath"
 	"testing"
 
+	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
+	"github.com/proxy-operator/proxy-operator/lifecycle"
 	"github.com/proxy-operator/proxy-operator/replay"
-	"github.com/proxy-operator/proxy-operator/server"
+	"github.com/proxy-operator/proxy-operator/server/hooks"
 )
 
 // TestCaptureIsPrivateBoundedAndRedacted is issue 10, item 9: capture files were 0644 in 0755
@@ -22,8 +24,9 @@ func TestCaptureIsPrivateBoundedAndRedacted(t *testing.T) {
 	if !bytes.Contains(src.Request, secret) {
 		t.Fatal("fixture no longer carries the Secret data this test looks for")
 	}
-	ex := server.Exchange{Hook: "sync", Now: src.State.Now, Request: src.Request, Code: src.Want.Code, Response: src.Want.Body,
-		Provider: "mock", ProviderKnown: true}
+	ex := hooks.Exchange{Hook: "sync", Now: src.State.Now, Request: src.Request, Code: src.Want.Code, Response: src.Want.Body,
+		ProviderType: "mock",
+		Input:        lifecycle.Input{Proxy: &v1.Proxy{Spec: v1.ProxySpec{Provider: "mock"}}, ProviderKnown: true}}
 
 	t.Run("private and redacted", func(t *testing.T) {
 		root := filepath.Join(t.TempDir(), "capture")

@@ -2,7 +2,7 @@
 // sent it, the mock provider and prober state it met, and what the server answered. It loads
 // a fixture, replays it through the real hook router over a seeded mock provider and a fixed
 // clock, compares the answer with the golden files, and captures live traffic as new
-// fixtures. It knows nothing of how the server decides; it only drives server.Hooks.
+// fixtures. It knows nothing of how the server decides; it only drives hooks.Hooks.
 package replay
 
 import (

@@ -10,11 +10,12 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"sync"
 
 	"github.com/proxy-operator/proxy-operator/providers"
 	"github.com/proxy-operator/proxy-operator/providers/mock"
-	"github.com/proxy-operator/proxy-operator/server"
+	"github.com/proxy-operator/proxy-operator/server/hooks"
 )
 
 // capturedDelay is the provisioning delay written into captured fixtures: long enough that
@@ -50,7 +51,7 @@ type Recorder struct {
 	full    bool
 }
 
-var _ server.Recorder = (*Recorder)(nil)
+var _ hooks.Recorder = (*Recorder)(nil)
 
 // NewRecorder returns a Recorder writing under dir, which it creates.
 func NewRecorder(dir string, log *slog.Logger) (*Recorder, error) {
@@ -78,8 +79,8 @@ func NewRecorder(dir string, log *slog.Logger) (*Recorder, error) {
 	return &Recorder{Dir: dir, Log: log, written: used}, nil
 }
 
-// Record implements server.Recorder. Failures are logged: capture never fails a hook call.
-func (r *Recorder) Record(ex server.Exchange) {
+// Record implements hooks.Recorder. Failures are logged: capture never fails a hook call.
+func (r *Recorder) Record(ex hooks.Exchange) {
 	if len(ex.Request) == 0 {
 		// Nothing to replay: the body was empty or was refused before it was read (413).
 		r.Log.Debug("hook call not captured: no request body", "hook", ex.Hook, "code", ex.Code)
@@ -101,7 +102,7 @@ var unsafeChars = regexp.MustCompile(`[^a-zA-Z0-9.-]+`)
 // errCaptureFull is returned once the capture directory holds MaxBytes.
 var errCaptureFull = errors.New("capture directory full")
 
-func (r *Recorder) write(ex server.Exchange) (string, error) {
+func (r *Recorder) write(ex hooks.Exchange) (string, error) {
 	ns, name := parentName(ex.Request)
 	req, resp := ex.Request, ex.Response
 	if !r.KeepSecrets {
@@ -212,12 +213,13 @@ func redact(v any) bool {
 
 // stateOf turns what the server observed into the state that reproduces it: the observed
 // instance seeded as is, failed provider calls armed as faults of the same class.
-func stateOf(ex server.Exchange, ns, name string) State {
-	st := State{Now: ex.Now.UTC(), Provider: ex.Provider, ProvisioningDelay: capturedDelay, HealthResync: mock.Duration(ex.HealthResync)}
-	if !ex.ProviderKnown {
+func stateOf(ex hooks.Exchange, ns, name string) State {
+	in := ex.Input
+	st := State{Now: ex.Now.UTC(), Provider: ex.Provider(), ProvisioningDelay: capturedDelay, HealthResync: mock.Duration(in.HealthResync)}
+	if !in.ProviderKnown {
 		// Configure a provider under another name, so the request meets an unconfigured one.
 		st.Provider = DefaultProvider
-		if ex.Provider == DefaultProvider {
+		if ex.Provider() == DefaultProvider {
 			st.Provider = DefaultProvider + "-unconfigured"
 		}
 	}
@@ -226,26 +228,26 @@ func stateOf(ex server.Exchange, ns, name string) State {
 		st.ProviderType, st.ProvisioningDelay = "kubernetes", 0
 		return withHealth(st, ex, ns, name)
 	}
-	if ex.Instance != nil {
-		st.Instances = []providers.Instance{*ex.Instance}
+	if in.Instance != nil {
+		st.Instances = []providers.Instance{*in.Instance}
 	}
-	if ex.ObserveErr != nil {
+	if in.ObserveErr != nil {
 		op := "get"
 		if !hasProviderID(ex.Request) {
 			op = "list"
 		}
-		st.Faults = append(st.Faults, mock.Fault{Op: op, Kind: faultKind(ex.ObserveErr), Count: 1})
+		st.Faults = append(st.Faults, mock.Fault{Op: op, Kind: faultKind(in.ObserveErr), Count: 1})
 	}
-	if ex.ActionErr != nil && ex.ActionOp != "" {
-		st.Faults = append(st.Faults, mock.Fault{Op: ex.ActionOp, Kind: faultKind(ex.ActionErr), Count: 1})
+	if o := in.Outcome; o != nil && o.Err != nil {
+		st.Faults = append(st.Faults, mock.Fault{Op: strings.ToLower(string(o.Action.Kind)), Kind: faultKind(o.Err), Count: 1})
 	}
 	return withHealth(st, ex, ns, name)
 }
 
 // withHealth records the prober's verdict the call saw.
-func withHealth(st State, ex server.Exchange, ns, name string) State {
-	if name != "" && ex.Health.State != "" {
-		st.Health = map[string]Health{ns + "/" + name: healthOf(ex.Health)}
+func withHealth(st State, ex hooks.Exchange, ns, name string) State {
+	if name != "" && ex.Input.Health.State != "" {
+		st.Health = map[string]Health{ns + "/" + name: healthOf(ex.Input.Health)}
 	}
 	return st
 }

@@ -18,7 +18,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/providers"
 	"github.com/proxy-operator/proxy-operator/providers/kubernetes"
 	"github.com/proxy-operator/proxy-operator/providers/mock"
-	"github.com/proxy-operator/proxy-operator/server"
+	"github.com/proxy-operator/proxy-operator/server/hooks"
 )
 
 // Result is what the real router answered and which provider calls it made.
@@ -38,7 +38,7 @@ func (m healthMap) Health(key string) lifecycle.Health {
 	return lifecycle.Health{State: lifecycle.HealthUnknown}
 }
 
-// Run replays c through a fresh server.Hooks router whose mock provider is seeded from
+// Run replays c through a fresh hooks.Hooks router whose mock provider is seeded from
 // c.State. log may be nil.
 func Run(c Case, log *slog.Logger) (Result, error) {
 	st := c.State
@@ -71,7 +71,7 @@ func Run(c Case, log *slog.Logger) (Result, error) {
 	default:
 		return Result{}, fmt.Errorf("fixture %s: %s: providerType %q: want mock or kubernetes", c.Dir, StateFile, st.ProviderType)
 	}
-	h := &server.Hooks{
+	h := &hooks.Hooks{
 		Providers:    providers.NewSet(entry),
 		Fleet:        fleet.New(clock, 0),
 		Health:       healthMap(st.Health),

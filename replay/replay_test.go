@@ -7,10 +7,11 @@ import (
 	"strings"
 	"testing"
 
+	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/lifecycle"
 	"github.com/proxy-operator/proxy-operator/providers"
 	"github.com/proxy-operator/proxy-operator/replay"
-	"github.com/proxy-operator/proxy-operator/server"
+	"github.com/proxy-operator/proxy-operator/server/hooks"
 )
 
 func writeCase(t *testing.T, dir string, files map[string]string) {
@@ -95,11 +96,14 @@ func TestRecorderWritesAReplayableCase(t *testing.T) {
 	inst := src.State.Instances[0]
 	inst.IP = "127.9.9.9"
 	h := src.State.Health["crawl/edge-1"]
-	rec.Record(server.Exchange{
+	rec.Record(hooks.Exchange{
 		Hook: "sync", Now: src.State.Now, Request: src.Request, Code: src.Want.Code, Response: src.Want.Body,
-		Provider: "mock", ProviderKnown: true, Instance: &inst,
-		Health:     lifecycle.Health{State: h.State, LatencyMillis: h.LatencyMillis, Since: h.Since},
-		ObserveErr: providers.Wrap(providers.ErrTransient, "mock get", nil),
+		ProviderType: "mock",
+		Input: lifecycle.Input{
+			Proxy: &v1.Proxy{Spec: v1.ProxySpec{Provider: "mock"}}, ProviderKnown: true, Instance: &inst,
+			Health:     lifecycle.Health{State: h.State, LatencyMillis: h.LatencyMillis, Since: h.Since},
+			ObserveErr: providers.Wrap(providers.ErrTransient, "mock get", nil),
+		},
 	})
 	cases, err := replay.LoadAll(root)
 	if err != nil || len(cases) != 1 {
@@ -135,10 +139,13 @@ func TestRecorderCapturesPodTraffic(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := src.State.Health["crawl/edge-pod"]
-	rec.Record(server.Exchange{
+	rec.Record(hooks.Exchange{
 		Hook: "sync", Now: src.State.Now, Request: src.Request, Code: src.Want.Code, Response: src.Want.Body,
-		Provider: src.State.Provider, ProviderKnown: true, ProviderType: "kubernetes",
-		Health: lifecycle.Health{State: h.State, LatencyMillis: h.LatencyMillis, Since: h.Since},
+		ProviderType: "kubernetes",
+		Input: lifecycle.Input{
+			Proxy: &v1.Proxy{Spec: v1.ProxySpec{Provider: src.State.Provider}}, ProviderKnown: true,
+			Health: lifecycle.Health{State: h.State, LatencyMillis: h.LatencyMillis, Since: h.Since},
+		},
 	})
 	cases, err := replay.LoadAll(root)
 	if err != nil || len(cases) != 1 {

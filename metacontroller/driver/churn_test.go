@@ -16,7 +16,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/metacontroller/driver"
 	"github.com/proxy-operator/proxy-operator/providers"
 	"github.com/proxy-operator/proxy-operator/providers/mock"
-	"github.com/proxy-operator/proxy-operator/server"
+	"github.com/proxy-operator/proxy-operator/server/hooks"
 )
 
 // Status discipline under churn (issue 7, part 5): 200 proxies re-synced for a simulated
@@ -78,7 +78,7 @@ func TestStatusWritesUnderChurn(t *testing.T) {
 		t.Fatal(err)
 	}
 	hs := &flapHealth{state: map[string]lifecycle.Health{}, rng: rand.New(rand.NewPCG(7, 7))}
-	h := &server.Hooks{
+	h := &hooks.Hooks{
 		Providers: providers.NewSet(providers.Entry{Name: "mock", Type: "mock", Provider: cloud}),
 		Fleet:     fleet.New(clock.Now, time.Minute),
 		Health:    hs,

@@ -26,13 +26,13 @@ import (
 	"github.com/proxy-operator/proxy-operator/metacontroller/driver"
 	"github.com/proxy-operator/proxy-operator/providers"
 	"github.com/proxy-operator/proxy-operator/providers/mock"
-	"github.com/proxy-operator/proxy-operator/server"
+	"github.com/proxy-operator/proxy-operator/server/hooks"
 )
 
 // Crash-safety simulation (issue 7, part 1). Each schedule plays a small fleet through
 // creates, spec changes that replace the machine, deletes and provider faults of every class,
 // while the operator process is killed at random points and restarted with empty memory (new
-// server.Hooks, new fleet view; the mock provider is the cloud and survives). After every step
+// hooks.Hooks, new fleet view; the mock provider is the cloud and survives). After every step
 // no Proxy may own two instances; once the schedule converges every live Proxy is Ready or
 // in its expected Failed state, every deleted Proxy's instances are gone, the operator leaked
 // nothing and GC over the live parents deletes only the planted orphan.
@@ -45,7 +45,7 @@ const defaultCrashSchedules = 1000
 // so a restart costs no socket; the driver is sequential, so no call straddles a restart.
 type operator struct {
 	cloud  *mock.Provider
-	health server.HealthSource
+	health hooks.HealthSource
 	clock  *driver.Clock
 
 	mu       sync.Mutex
@@ -57,7 +57,7 @@ type operator struct {
 // restart kills the process and starts a new one that remembers nothing.
 func (o *operator) restart() {
 	view := fleet.New(o.clock.Now, 2*time.Minute)
-	h := &server.Hooks{
+	h := &hooks.Hooks{
 		Providers: providers.NewSet(providers.Entry{Name: "mock", Type: "mock", Provider: o.cloud}),
 		Fleet:     view,
 		Health:    o.health,

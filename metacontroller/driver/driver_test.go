@@ -19,7 +19,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/metacontroller/driver"
 	"github.com/proxy-operator/proxy-operator/providers"
 	"github.com/proxy-operator/proxy-operator/providers/mock"
-	"github.com/proxy-operator/proxy-operator/server"
+	"github.com/proxy-operator/proxy-operator/server/hooks"
 )
 
 var start = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
@@ -65,7 +65,7 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	e := &env{mock: mp, health: &fakeHealth{}, fleet: fleet.New(clock.Now, time.Minute)}
-	h := &server.Hooks{
+	h := &hooks.Hooks{
 		Providers: providers.NewSet(providers.Entry{Name: "mock", Type: "mock", Provider: mp}),
 		Fleet:     e.fleet,
 		Health:    e.health,
@@ -440,7 +440,7 @@ func TestRestartBetweenCreateAndStatusWrite(t *testing.T) {
 		if live, _ := e.d.Status(key); st.ProviderID != "" && live.ProviderID == "" && dropped == 0 {
 			dropped++
 			// The old server is gone; a fresh one (new memory, same cloud) answers from now on.
-			h := &server.Hooks{
+			h := &hooks.Hooks{
 				Providers: providers.NewSet(providers.Entry{Name: "mock", Type: "mock", Provider: e.mock}),
 				Fleet:     fleet.New(e.d.Clock.Now, time.Minute),
 				Health:    e.health,

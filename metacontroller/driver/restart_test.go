@@ -24,7 +24,8 @@ import (
 	"github.com/proxy-operator/proxy-operator/metacontroller/driver"
 	"github.com/proxy-operator/proxy-operator/providers"
 	"github.com/proxy-operator/proxy-operator/providers/mock"
-	"github.com/proxy-operator/proxy-operator/server"
+	"github.com/proxy-operator/proxy-operator/server/discovery"
+	"github.com/proxy-operator/proxy-operator/server/hooks"
 )
 
 // Restart safety (issue 7, part 2): right after a restart, before Metacontroller's resyncs
@@ -63,22 +64,22 @@ func startProcess(t *testing.T, clock *driver.Clock, cloud *mock.Provider) *rest
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = sched.Run(ctx) })
 	t.Cleanup(func() { cancel(); wg.Wait() })
-	h := &server.Hooks{
+	h := &hooks.Hooks{
 		Providers: providers.NewSet(providers.Entry{Name: "mock", Type: "mock", Provider: cloud}),
 		Fleet:     view,
 		Health:    sched,
 		Now:       clock.Now,
 	}
 	store := lease.NewMemory(lease.Config{Fleet: view, Health: sched, Now: clock.Now})
-	disc := &server.Discovery{Fleet: view, Health: sched, Leases: store, Now: clock.Now, Token: "t0ken"}
+	disc := &discovery.Discovery{Fleet: view, Health: sched, Leases: store, Now: clock.Now, Token: "t0ken"}
 	r := &restarted{view: view, sched: sched, hooks: httptest.NewServer(h.Handler()), disc: httptest.NewServer(disc.Handler())}
 	t.Cleanup(r.hooks.Close)
 	t.Cleanup(r.disc.Close)
 	return r
 }
 
-// discovery calls the discovery API and returns the status, Retry-After and decoded body.
-func discovery(t *testing.T, base, method, path, body string) (int, string, map[string]any) {
+// callDiscovery calls the discovery API and returns the status, Retry-After and decoded body.
+func callDiscovery(t *testing.T, base, method, path, body string) (int, string, map[string]any) {
 	t.Helper()
 	req, err := http.NewRequest(method, base+path, strings.NewReader(body))
 	if err != nil {
@@ -178,11 +179,11 @@ func TestRestartSafety(t *testing.T) {
 	})
 
 	t.Run("discovery does not answer as if the fleet were empty", func(t *testing.T) {
-		code, retry, body := discovery(t, r.disc.URL, http.MethodGet, "/v1/proxies", "")
+		code, retry, body := callDiscovery(t, r.disc.URL, http.MethodGet, "/v1/proxies", "")
 		if code != http.StatusOK || body["complete"] != false || body["completeAt"] == nil || retry == "" {
 			t.Errorf("list: %d Retry-After %q body %v, want 200, complete false, completeAt and Retry-After", code, retry, body)
 		}
-		code, retry, body = discovery(t, r.disc.URL, http.MethodPost, "/v1/leases", `{}`)
+		code, retry, body = callDiscovery(t, r.disc.URL, http.MethodPost, "/v1/leases", `{}`)
 		if code != http.StatusServiceUnavailable || retry == "" {
 			t.Errorf("lease: %d Retry-After %q body %v, want 503 with Retry-After", code, retry, body)
 		}
@@ -209,11 +210,11 @@ func TestRestartSafety(t *testing.T) {
 		if len(rep.Deleted) != 0 || deletes(e.mock) != 0 || len(e.mock.Instances()) != instances {
 			t.Errorf("sweep deleted %v (%d delete calls)", rep.Deleted, deletes(e.mock))
 		}
-		code, _, body := discovery(t, r.disc.URL, http.MethodGet, "/v1/proxies", "")
+		code, _, body := callDiscovery(t, r.disc.URL, http.MethodGet, "/v1/proxies", "")
 		if code != http.StatusOK || body["complete"] != false {
 			t.Errorf("list with a partial view: %d complete=%v, want 200 complete=false", code, body["complete"])
 		}
-		if code, _, _ := discovery(t, r.disc.URL, http.MethodPost, "/v1/leases", `{}`); code != http.StatusServiceUnavailable {
+		if code, _, _ := callDiscovery(t, r.disc.URL, http.MethodPost, "/v1/leases", `{}`); code != http.StatusServiceUnavailable {
 			t.Errorf("lease with a partial view: %d, want 503", code)
 		}
 	})
@@ -246,11 +247,11 @@ func TestRestartSafety(t *testing.T) {
 		if !r.view.Complete() || r.view.Len() != len(fleetProxies) {
 			t.Fatalf("view complete=%v with %d proxies, want complete with %d", r.view.Complete(), r.view.Len(), len(fleetProxies))
 		}
-		code, _, body := discovery(t, r.disc.URL, http.MethodGet, "/v1/proxies", "")
+		code, _, body := callDiscovery(t, r.disc.URL, http.MethodGet, "/v1/proxies", "")
 		if code != http.StatusOK || body["complete"] != true || body["count"] != float64(len(fleetProxies)) {
 			t.Errorf("list: %d complete=%v count=%v, want 200 complete=true count=%d", code, body["complete"], body["count"], len(fleetProxies))
 		}
-		if code, _, body := discovery(t, r.disc.URL, http.MethodPost, "/v1/leases", `{}`); code != http.StatusOK {
+		if code, _, body := callDiscovery(t, r.disc.URL, http.MethodPost, "/v1/leases", `{}`); code != http.StatusOK {
 			t.Errorf("lease: %d %v, want 200", code, body)
 		}
 		// An orphan left by some earlier crash: now, and only now, GC may take it.

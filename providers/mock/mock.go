@@ -111,12 +111,20 @@ func WithServer(serve func(addr string) (stop func(), err error)) Option {
 	return func(p *Provider) { p.serve = serve }
 }
 
-// New builds a mock provider from its config.
-func New(cfg Config, opts ...Option) (*Provider, error) {
-	for i, f := range cfg.Faults {
+// Validate names the first fault that is wrong ("faults[1]: ...").
+func (c Config) Validate() error {
+	for i, f := range c.Faults {
 		if err := f.Validate(); err != nil {
-			return nil, fmt.Errorf("mock faults[%d]: %w", i, err)
+			return fmt.Errorf("faults[%d]: %w", i, err)
 		}
+	}
+	return nil
+}
+
+// New validates cfg and builds a mock provider from it.
+func New(cfg Config, opts ...Option) (*Provider, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("mock %w", err)
 	}
 	p := &Provider{
 		delay:     time.Duration(cfg.ProvisioningDelay),

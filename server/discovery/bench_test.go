@@ -1,4 +1,4 @@
-package server
+package discovery
 
 import (
 	"bytes"
@@ -15,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/proxy-operator/proxy-operator/server/httpx"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
@@ -62,10 +64,10 @@ func benchServer(b *testing.B, n int) (base string, stop func()) {
 	noop := chi.NewRouter()
 	noop.Use(d.auth)
 	noop.Post("/noop/v1/leases", d.serve(func(w http.ResponseWriter, r *http.Request) error {
-		if _, err := readBody(w, r, d.MaxBodyBytes); err != nil {
+		if _, err := httpx.ReadBody(w, r, d.MaxBodyBytes); err != nil {
 			return err
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"leaseID": "0123456789abcdef0123456789abcdef", "expiresAt": time.Now().UTC()})
+		httpx.WriteJSON(w, http.StatusOK, map[string]any{"leaseID": "0123456789abcdef0123456789abcdef", "expiresAt": time.Now().UTC()})
 		return nil
 	}))
 	noop.Delete("/noop/v1/leases/{id}", d.serve(func(w http.ResponseWriter, _ *http.Request) error {

@@ -1,4 +1,4 @@
-package server_test
+package hooks_test
 
 import (
 	"bytes"
@@ -22,14 +22,14 @@ import (
 	"github.com/proxy-operator/proxy-operator/fleet"
 	"github.com/proxy-operator/proxy-operator/providers"
 	"github.com/proxy-operator/proxy-operator/providers/mock"
-	"github.com/proxy-operator/proxy-operator/server"
+	"github.com/proxy-operator/proxy-operator/server/hooks"
 )
 
 var now = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
 func fixtureBody(t *testing.T, name string) []byte {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "testdata", name, "request.json"))
+	b, err := os.ReadFile(filepath.Join("..", "..", "testdata", name, "request.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,10 +43,10 @@ func post(t *testing.T, h http.Handler, path string, body []byte) *httptest.Resp
 	return rec
 }
 
-func newHooks(t *testing.T, p providers.Provider) *server.Hooks {
+func newHooks(t *testing.T, p providers.Provider) *hooks.Hooks {
 	t.Helper()
 	clock := func() time.Time { return now }
-	return &server.Hooks{
+	return &hooks.Hooks{
 		Providers: providers.NewSet(providers.Entry{Name: "mock", Type: "mock", Provider: p}),
 		Fleet:     fleet.New(clock, 0),
 		Now:       clock,
@@ -99,10 +99,10 @@ func TestLoadSheddingAnswers429(t *testing.T) {
 
 type recorder struct {
 	mu sync.Mutex
-	ex []server.Exchange
+	ex []hooks.Exchange
 }
 
-func (r *recorder) Record(e server.Exchange) {
+func (r *recorder) Record(e hooks.Exchange) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.ex = append(r.ex, e)
@@ -125,7 +125,7 @@ func TestRecorderSeesEveryAnsweredCall(t *testing.T) {
 	}
 	var got []seen
 	for _, e := range rec.ex {
-		got = append(got, seen{e.Hook, e.Code, e.Provider, e.ProviderKnown, e.Instance != nil})
+		got = append(got, seen{e.Hook, e.Code, e.Provider(), e.Input.ProviderKnown, e.Input.Instance != nil})
 		if !e.Now.Equal(now) || len(e.Request) == 0 || len(e.Response) == 0 {
 			t.Errorf("%s exchange: now %s, %d request bytes, %d response bytes", e.Hook, e.Now, len(e.Request), len(e.Response))
 		}

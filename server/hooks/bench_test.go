@@ -1,4 +1,4 @@
-package server_test
+package hooks_test
 
 import (
 	"bytes"
@@ -16,11 +16,11 @@ import (
 	"github.com/proxy-operator/proxy-operator/providers"
 	"github.com/proxy-operator/proxy-operator/providers/mock"
 	"github.com/proxy-operator/proxy-operator/replay"
-	"github.com/proxy-operator/proxy-operator/server"
+	"github.com/proxy-operator/proxy-operator/server/hooks"
 )
 
 // readyFixture is the steady Ready Managed proxy: the sync Metacontroller sends most often.
-const readyFixture = "../testdata/sync/managed-ready-steady"
+const readyFixture = "../../testdata/sync/managed-ready-steady"
 
 // benchHandlers returns the real router for the Ready fixture and a no-op handler that
 // decodes and encodes the same body, with the request body.
@@ -40,7 +40,7 @@ func benchHandlers(b *testing.B) (ready, noop http.Handler, body []byte) {
 }
 
 // readyHooks is the real hook server over the fixture's seeded mock and prober verdicts.
-func readyHooks(b *testing.B, c replay.Case) *server.Hooks {
+func readyHooks(b *testing.B, c replay.Case) *hooks.Hooks {
 	b.Helper()
 	now := c.State.Now
 	clock := func() time.Time { return now }
@@ -53,7 +53,7 @@ func readyHooks(b *testing.B, c replay.Case) *server.Hooks {
 	for k, v := range c.State.Health {
 		hm[k] = lifecycle.Health{State: v.State, LatencyMillis: v.LatencyMillis, Since: v.Since, Reason: v.Reason}
 	}
-	return &server.Hooks{
+	return &hooks.Hooks{
 		Providers: providers.NewSet(providers.Entry{Name: "mock", Type: "mock", Provider: mp}),
 		Fleet:     fleet.New(clock, 0),
 		Health:    mapHealth(hm),

@@ -1,4 +1,4 @@
-package server_test
+package hooks_test
 
 import (
 	"bytes"
@@ -15,7 +15,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/providers"
 	"github.com/proxy-operator/proxy-operator/providers/kubernetes"
 	"github.com/proxy-operator/proxy-operator/providers/mock"
-	"github.com/proxy-operator/proxy-operator/server"
+	"github.com/proxy-operator/proxy-operator/server/hooks"
 )
 
 // fuzzHooks is a hook router over a mock provider and a fixed clock.
@@ -31,7 +31,7 @@ func fuzzHooks(t testing.TB) http.Handler {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &server.Hooks{
+	h := &hooks.Hooks{
 		Providers: providers.NewSet(providers.Entry{Name: "mock", Type: "mock", Provider: mp},
 			providers.Entry{Name: "pods", Type: "kubernetes", Provider: pods}),
 		Fleet: fleet.New(clock, time.Minute),
@@ -50,7 +50,7 @@ func seedBodies(t testing.TB, hook string) [][]byte {
 		[]byte(`{"parent":{"apiVersion":"crawl.example.com/v1alpha1","kind":"Proxy","metadata":{"name":"p","namespace":"n","uid":"u"},"spec":{"mode":"External","endpoint":{"host":"127.0.0.1","port":3128}}},"finalizing":true}`),
 		[]byte(`{"parent":{"metadata":{"name":"p","namespace":"n","uid":"u"},"spec":{"mode":"Managed","provider":"mock","cloudInit":{"secretRef":{"name":"s","key":"k"}}}},"related":{"Secret.v1":{"n/s":{"metadata":{"labels":{"crawl.example.com/cloud-init":"true"}},"data":{"k":"aGk="}}}}}`),
 	}
-	files, _ := filepath.Glob(filepath.Join("..", "testdata", hook, "*", "request.json"))
+	files, _ := filepath.Glob(filepath.Join("..", "..", "testdata", hook, "*", "request.json"))
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err == nil {

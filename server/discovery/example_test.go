@@ -1,4 +1,4 @@
-package server_test
+package discovery_test
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 
 	"github.com/proxy-operator/proxy-operator/fleet"
 	"github.com/proxy-operator/proxy-operator/lease"
-	"github.com/proxy-operator/proxy-operator/server"
+	"github.com/proxy-operator/proxy-operator/server/discovery"
 )
 
 // ExampleDiscovery shows the wiring main does: the store over the fleet view and the
@@ -24,9 +24,9 @@ func ExampleDiscovery() {
 	log := slog.New(slog.DiscardHandler)
 	reg := prometheus.NewRegistry()
 	view := fleet.New(time.Now, 3*time.Minute)
-	var health server.HealthSource = &discHealth{} // main: the health.Scheduler
+	var health discovery.HealthSource = &discHealth{} // main: the health.Scheduler
 
-	token, err := server.DiscoveryToken(os.Getenv("DISCOVERY_TOKEN"), "" /* -discovery-token-file */)
+	token, err := discovery.Token(os.Getenv("DISCOVERY_TOKEN"), "" /* -discovery-token-file */)
 	if err != nil {
 		return
 	}
@@ -38,7 +38,7 @@ func ExampleDiscovery() {
 	})
 	go func() { _ = store.Run(ctx) }()
 
-	d := &server.Discovery{Fleet: view, Health: health, Leases: store, Token: token, Log: log, Registerer: reg,
+	d := &discovery.Discovery{Fleet: view, Health: health, Leases: store, Token: token, Log: log, Registerer: reg,
 		MaxTTL: time.Hour /* -lease-max-ttl */}
 	srv := d.Server("")
 	ln, err := net.Listen("tcp", "127.0.0.1:0") // main: -discovery-addr, default :8090

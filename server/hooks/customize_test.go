@@ -1,4 +1,4 @@
-package server_test
+package hooks_test
 
 import (
 	"bytes"
@@ -11,7 +11,7 @@ import (
 
 	"github.com/proxy-operator/proxy-operator/metacontroller"
 	"github.com/proxy-operator/proxy-operator/providers"
-	"github.com/proxy-operator/proxy-operator/server"
+	"github.com/proxy-operator/proxy-operator/server/hooks"
 )
 
 func customize(t *testing.T, h http.Handler, parent map[string]any) (int, []byte) {
@@ -38,13 +38,13 @@ func customizeParent(ns string, cloudInit map[string]any) map[string]any {
 }
 
 func TestCustomizeRules(t *testing.T) {
-	h := (&server.Hooks{Providers: providers.NewSet()}).Handler()
+	h := (&hooks.Hooks{Providers: providers.NewSet()}).Handler()
 	secretRule := func(ns string) []metacontroller.RelatedResourceRule {
 		return []metacontroller.RelatedResourceRule{{
 			APIVersion:    "v1",
 			Resource:      "secrets",
 			Namespace:     ns,
-			LabelSelector: &metacontroller.LabelSelector{MatchLabels: map[string]string{server.CloudInitLabel: "true"}},
+			LabelSelector: &metacontroller.LabelSelector{MatchLabels: map[string]string{hooks.CloudInitLabel: "true"}},
 		}}
 	}
 	for _, tc := range []struct {
@@ -87,7 +87,7 @@ func TestCustomizeRules(t *testing.T) {
 // anything outside the spec (status, labels, annotations, resourceVersion, the Secret's
 // presence) must not change it.
 func TestCustomizeDependsOnlyOnSpec(t *testing.T) {
-	h := (&server.Hooks{Providers: providers.NewSet()}).Handler()
+	h := (&hooks.Hooks{Providers: providers.NewSet()}).Handler()
 	ref := map[string]any{"secretRef": map[string]any{"name": "ci", "key": "k"}}
 	base := customizeParent("crawl", ref)
 	_, want := customize(t, h, base)
@@ -113,7 +113,7 @@ func TestCustomizeDependsOnlyOnSpec(t *testing.T) {
 }
 
 func TestCustomizeRejectsBadParent(t *testing.T) {
-	h := (&server.Hooks{Providers: providers.NewSet()}).Handler()
+	h := (&hooks.Hooks{Providers: providers.NewSet()}).Handler()
 	for _, tc := range []struct {
 		name   string
 		parent map[string]any

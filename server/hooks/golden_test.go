@@ -1,4 +1,4 @@
-package server_test
+package hooks_test
 
 import (
 	"flag"
@@ -13,7 +13,7 @@ var update = flag.Bool("update", false, "rewrite the golden response.json and ca
 
 // TestGolden replays every fixture under testdata/<hook>/<case> through the real router.
 func TestGolden(t *testing.T) {
-	root := filepath.Join("..", "testdata")
+	root := filepath.Join("..", "..", "testdata")
 	cases, err := replay.LoadAll(root)
 	if err != nil {
 		t.Fatal(err)

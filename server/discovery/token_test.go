@@ -1,4 +1,4 @@
-package server_test
+package discovery_test
 
 import (
 	"os"
@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/proxy-operator/proxy-operator/server"
+	"github.com/proxy-operator/proxy-operator/server/discovery"
 )
 
 func TestDiscoveryToken(t *testing.T) {
@@ -33,7 +33,7 @@ func TestDiscoveryToken(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := server.DiscoveryToken(tc.env, tc.file)
+			got, err := discovery.Token(tc.env, tc.file)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("err %v, want one saying %q", err, tc.wantErr)
@@ -52,7 +52,7 @@ func TestDiscoveryToken(t *testing.T) {
 
 func TestDiscoveryServerTimeouts(t *testing.T) {
 	f := newDiscFixture(t, discOpts{token: discToken})
-	d := &server.Discovery{Fleet: f.view, Leases: f.store}
+	d := &discovery.Discovery{Fleet: f.view, Leases: f.store}
 	s := d.Server(":0")
 	if s.ReadHeaderTimeout <= 0 || s.ReadTimeout <= 0 || s.WriteTimeout <= 0 || s.IdleTimeout <= 0 || s.MaxHeaderBytes <= 0 {
 		t.Errorf("a timeout or limit is unset: %+v", s)

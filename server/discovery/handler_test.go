@@ -1,4 +1,4 @@
-package server_test
+package discovery_test
 
 import (
 	"bytes"
@@ -19,7 +19,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/internal/clocktest"
 	"github.com/proxy-operator/proxy-operator/lease"
 	"github.com/proxy-operator/proxy-operator/lifecycle"
-	"github.com/proxy-operator/proxy-operator/server"
+	"github.com/proxy-operator/proxy-operator/server/discovery"
 )
 
 const discToken = "s3cret-token-value"
@@ -72,7 +72,7 @@ func newDiscFixture(t testing.TB, o discOpts) *discFixture {
 	}
 	f.store = lease.NewMemory(lease.Config{Fleet: f.view, Health: f.health, Now: clock.Now})
 	var mu sync.Mutex
-	d := &server.Discovery{
+	d := &discovery.Discovery{
 		Fleet: f.view, Health: f.health, Leases: f.store, Token: o.token, Now: clock.Now, Registerer: f.reg,
 		Log: slog.New(slog.NewTextHandler(lockedWriter{&mu, f.logs}, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}
@@ -498,7 +498,7 @@ func TestDiscoveryBadInput(t *testing.T) {
 	}{
 		{"malformed JSON", "POST", "/v1/leases", `{"ttlSeconds": `, 400, "malformed JSON"},
 		{"trailing garbage", "POST", "/v1/leases", `{} {}`, 400, "malformed JSON"},
-		{"not an object", "POST", "/v1/leases", `[1]`, 400, "want server.acquireRequest"},
+		{"not an object", "POST", "/v1/leases", `[1]`, 400, "want discovery.acquireRequest"},
 		{"unknown field", "POST", "/v1/leases", `{"ttl": 30}`, 400, `unknown field "ttl"`},
 		{"ttl zero", "POST", "/v1/leases", `{"ttlSeconds": 0}`, 400, "ttlSeconds 0 out of range 1..3600"},
 		{"ttl negative", "POST", "/v1/leases", `{"ttlSeconds": -5}`, 400, "ttlSeconds -5 out of range"},
@@ -557,7 +557,7 @@ func TestDiscoveryBadInput(t *testing.T) {
 	if l.Proxy.ID != "crawl/p2" || l2.Proxy.ID != "crawl/p1" {
 		t.Errorf("after bad reports leases went to %s, %s; want p2 then p1 (no cooldown)", l.Proxy.ID, l2.Proxy.ID)
 	}
-	f.clock.Advance(server.DefaultLeaseTTL)
+	f.clock.Advance(discovery.DefaultLeaseTTL)
 	if r := f.do(t, "POST", renew, discToken, ""); r.code != 404 {
 		t.Errorf("the held lease outlived its TTL after bad renewals: status %d", r.code)
 	}

@@ -1,4 +1,4 @@
-package server_test
+package discovery_test
 
 import (
 	"encoding/json"

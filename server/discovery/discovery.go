@@ -1,4 +1,8 @@
-package server
+// Package discovery serves the crawler-facing API on its own listener: the proxy list,
+// leases (acquire, renew, release) and reports, behind a bearer token. Its clients are
+// crawlers, never Metacontroller (see server/hooks). It reads the fleet view and the prober's
+// verdicts and asks the lease store; it decides nothing itself.
+package discovery
 
 import (
 	"bytes"
@@ -21,6 +25,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/fleet"
 	"github.com/proxy-operator/proxy-operator/lease"
 	"github.com/proxy-operator/proxy-operator/lifecycle"
+	"github.com/proxy-operator/proxy-operator/server/httpx"
 )
 
 // Defaults and bounds for Discovery fields left zero.
@@ -38,6 +43,11 @@ const (
 	maxTargetLen     = 253
 	maxSessionKeyLen = 256
 )
+
+// HealthSource is the prober's live verdict by proxy key (lease.Health has the same method).
+type HealthSource interface {
+	Health(key string) lifecycle.Health
+}
 
 // Discovery serves the crawler-facing API: the proxy list and leases. It runs on its own
 // listener so crawlers never reach the hook endpoints.
@@ -114,22 +124,12 @@ func (d *Discovery) init() {
 // Handler returns the discovery router.
 func (d *Discovery) Handler() http.Handler {
 	d.once.Do(d.init)
-	r := chi.NewRouter()
-	r.Use(d.auth)
-	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-	})
+	r := httpx.NewRouter(d.auth)
 	r.Get("/v1/proxies", d.serve(d.listProxies))
 	r.Post("/v1/leases", d.serve(d.acquire))
 	r.Delete("/v1/leases/{id}", d.serve(d.release))
 	r.Post("/v1/leases/{id}/renew", d.serve(d.renew))
 	r.Post("/v1/leases/{id}/report", d.serve(d.report))
-	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
-		WriteError(w, Errorf(http.StatusNotFound, "no route %s %s", r.Method, r.URL.Path))
-	})
-	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
-		WriteError(w, Errorf(http.StatusMethodNotAllowed, "method %s not allowed on %s", r.Method, r.URL.Path))
-	})
 	return r
 }
 
@@ -146,9 +146,9 @@ func (d *Discovery) Server(addr string) *http.Server {
 	}
 }
 
-// DiscoveryToken returns the bearer token: the content of file when a path is given (a
+// Token returns the bearer token: the content of file when a path is given (a
 // mounted Secret), else env (DISCOVERY_TOKEN). An empty token file is an error, not auth off.
-func DiscoveryToken(env, file string) (string, error) {
+func Token(env, file string) (string, error) {
 	if file == "" {
 		return strings.TrimSpace(env), nil
 	}
@@ -175,13 +175,13 @@ func (d *Discovery) auth(next http.Handler) http.Handler {
 		scheme, tok, ok := strings.Cut(h, " ")
 		if !ok || !strings.EqualFold(scheme, "Bearer") {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="proxy-operator"`)
-			WriteError(w, Errorf(http.StatusUnauthorized, "missing bearer token"))
+			httpx.WriteError(w, httpx.Errorf(http.StatusUnauthorized, "missing bearer token"))
 			return
 		}
 		got := sha256.Sum256([]byte(strings.TrimSpace(tok)))
 		if subtle.ConstantTimeCompare(got[:], d.tokenHash[:]) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="proxy-operator", error="invalid_token"`)
-			WriteError(w, Errorf(http.StatusUnauthorized, "invalid bearer token"))
+			httpx.WriteError(w, httpx.Errorf(http.StatusUnauthorized, "invalid bearer token"))
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -189,8 +189,8 @@ func (d *Discovery) auth(next http.Handler) http.Handler {
 }
 
 // serve maps the lease store's errors, then hands over to the common mapping.
-func (d *Discovery) serve(h handlerFunc) http.HandlerFunc {
-	return serve(d.Log, func(w http.ResponseWriter, r *http.Request) error {
+func (d *Discovery) serve(h httpx.HandlerFunc) http.HandlerFunc {
+	return httpx.Serve(d.Log, func(w http.ResponseWriter, r *http.Request) error {
 		err := h(w, r)
 		var nm *lease.NoMatchError
 		switch {
@@ -198,15 +198,15 @@ func (d *Discovery) serve(h handlerFunc) http.HandlerFunc {
 			return nil
 		case errors.As(err, &nm):
 			d.requests.WithLabelValues("no_match").Inc()
-			writeJSON(w, http.StatusConflict, noMatchJSON{
+			httpx.WriteJSON(w, http.StatusConflict, noMatchJSON{
 				Error: nm.Reason(), Matching: nm.Matching, Unhealthy: nm.Unhealthy,
 				AtCapacity: nm.AtCapacity, CoolingForTarget: nm.Cooling, Target: nm.Target,
 			})
 			return nil
 		case errors.Is(err, lease.ErrNotFound):
-			return &Error{Code: http.StatusNotFound, Message: "lease not found: unknown, expired, released, or its proxy left the fleet", Err: err}
+			return &httpx.Error{Code: http.StatusNotFound, Message: "lease not found: unknown, expired, released, or its proxy left the fleet", Err: err}
 		case errors.Is(err, lease.ErrInvalid):
-			return &Error{Code: http.StatusBadRequest, Message: "invalid lease request", Err: err}
+			return &httpx.Error{Code: http.StatusBadRequest, Message: "invalid lease request", Err: err}
 		}
 		return err
 	})
@@ -277,7 +277,7 @@ func (d *Discovery) listProxies(w http.ResponseWriter, r *http.Request) error {
 		out.Proxies = append(out.Proxies, pj)
 	}
 	out.Count = len(out.Proxies)
-	writeJSON(w, http.StatusOK, out)
+	httpx.WriteJSON(w, http.StatusOK, out)
 	return nil
 }
 
@@ -290,25 +290,25 @@ func parseListQuery(r *http.Request) (map[string]string, *bool, error) {
 		switch {
 		case k == "healthy":
 			if len(vs) != 1 || (vs[0] != "true" && vs[0] != "false") {
-				return nil, nil, Errorf(http.StatusBadRequest, "query parameter healthy: want exactly one of true or false")
+				return nil, nil, httpx.Errorf(http.StatusBadRequest, "query parameter healthy: want exactly one of true or false")
 			}
 			b := vs[0] == "true"
 			healthy = &b
 		case strings.HasPrefix(k, "attr."):
 			key := strings.TrimPrefix(k, "attr.")
 			if len(vs) != 1 {
-				return nil, nil, Errorf(http.StatusBadRequest, "query parameter %s: given %d times; selectors are equality on one value", k, len(vs))
+				return nil, nil, httpx.Errorf(http.StatusBadRequest, "query parameter %s: given %d times; selectors are equality on one value", k, len(vs))
 			}
 			if err := checkSelectorPair(key, vs[0]); err != nil {
-				return nil, nil, Errorf(http.StatusBadRequest, "query parameter %s: %s", k, err.Error())
+				return nil, nil, httpx.Errorf(http.StatusBadRequest, "query parameter %s: %s", k, err.Error())
 			}
 			sel[key] = vs[0]
 		default:
-			return nil, nil, Errorf(http.StatusBadRequest, "unknown query parameter %q: want attr.<key>=<value> or healthy=true|false", k)
+			return nil, nil, httpx.Errorf(http.StatusBadRequest, "unknown query parameter %q: want attr.<key>=<value> or healthy=true|false", k)
 		}
 	}
 	if len(sel) > maxSelectorPairs {
-		return nil, nil, Errorf(http.StatusBadRequest, "selector has %d pairs, at most %d", len(sel), maxSelectorPairs)
+		return nil, nil, httpx.Errorf(http.StatusBadRequest, "selector has %d pairs, at most %d", len(sel), maxSelectorPairs)
 	}
 	return sel, healthy, nil
 }
@@ -365,11 +365,11 @@ func (d *Discovery) acquire(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if len(req.Selector) > maxSelectorPairs {
-		return Errorf(http.StatusBadRequest, "selector has %d pairs, at most %d", len(req.Selector), maxSelectorPairs)
+		return httpx.Errorf(http.StatusBadRequest, "selector has %d pairs, at most %d", len(req.Selector), maxSelectorPairs)
 	}
 	for k, v := range req.Selector {
 		if err := checkSelectorPair(k, v); err != nil {
-			return Errorf(http.StatusBadRequest, "selector: %s", err.Error())
+			return httpx.Errorf(http.StatusBadRequest, "selector: %s", err.Error())
 		}
 	}
 	target, err := normalizeTarget(req.Target, false)
@@ -377,12 +377,12 @@ func (d *Discovery) acquire(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if len(req.SessionKey) > maxSessionKeyLen {
-		return Errorf(http.StatusBadRequest, "sessionKey longer than %d characters", maxSessionKeyLen)
+		return httpx.Errorf(http.StatusBadRequest, "sessionKey longer than %d characters", maxSessionKeyLen)
 	}
 	if !d.Fleet.Complete() {
 		// After a restart the view is filled by syncs as they come: a lease now could pile
 		// every crawler onto the few proxies synced first, and a 409 would be a lie.
-		return &Error{Code: http.StatusServiceUnavailable, RetryAfter: max(1, int(math.Ceil(d.Fleet.CompleteAt().Sub(d.Now()).Seconds()))),
+		return &httpx.Error{Code: http.StatusServiceUnavailable, RetryAfter: max(1, int(math.Ceil(d.Fleet.CompleteAt().Sub(d.Now()).Seconds()))),
 			Message: "fleet view still warming up after a restart; retry after the Retry-After seconds"}
 	}
 	l, err := d.Leases.Acquire(r.Context(), lease.Request{Selector: req.Selector, TTL: ttl, Target: target, SessionKey: req.SessionKey})
@@ -390,7 +390,7 @@ func (d *Discovery) acquire(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	d.requests.WithLabelValues("granted").Inc()
-	writeJSON(w, http.StatusOK, d.leaseJSON(l, ttl))
+	httpx.WriteJSON(w, http.StatusOK, d.leaseJSON(l, ttl))
 	return nil
 }
 
@@ -429,7 +429,7 @@ func (d *Discovery) renew(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, d.leaseJSON(l, l.ExpiresAt.Sub(d.Now()).Round(time.Second)))
+	httpx.WriteJSON(w, http.StatusOK, d.leaseJSON(l, l.ExpiresAt.Sub(d.Now()).Round(time.Second)))
 	return nil
 }
 
@@ -453,7 +453,7 @@ func (d *Discovery) report(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if !req.Result.Valid() {
-		return Errorf(http.StatusBadRequest, "report: result %q: want rate_limited, banned or ok", req.Result)
+		return httpx.Errorf(http.StatusBadRequest, "report: result %q: want rate_limited, banned or ok", req.Result)
 	}
 	target, err := normalizeTarget(req.Target, true)
 	if err != nil {
@@ -462,7 +462,7 @@ func (d *Discovery) report(w http.ResponseWriter, r *http.Request) error {
 	var retryAfter time.Duration
 	if s := req.RetryAfterSeconds; s != nil {
 		if *s < 0 || *s > int64(d.MaxRetryAfter/time.Second) {
-			return Errorf(http.StatusBadRequest, "report: retryAfterSeconds %d out of range 0..%d", *s, int64(d.MaxRetryAfter/time.Second))
+			return httpx.Errorf(http.StatusBadRequest, "report: retryAfterSeconds %d out of range 0..%d", *s, int64(d.MaxRetryAfter/time.Second))
 		}
 		retryAfter = time.Duration(*s) * time.Second
 	}
@@ -476,7 +476,7 @@ func (d *Discovery) report(w http.ResponseWriter, r *http.Request) error {
 		u := c.Until.UTC()
 		out.CooldownUntil = &u
 	}
-	writeJSON(w, http.StatusOK, out)
+	httpx.WriteJSON(w, http.StatusOK, out)
 	return nil
 }
 
@@ -488,7 +488,7 @@ func (d *Discovery) ttl(s *int64) (time.Duration, error) {
 	}
 	lo, hi := int64(MinLeaseTTL/time.Second), int64(d.MaxTTL/time.Second)
 	if *s < lo || *s > hi {
-		return 0, Errorf(http.StatusBadRequest, "ttlSeconds %d out of range %d..%d", *s, lo, hi)
+		return 0, httpx.Errorf(http.StatusBadRequest, "ttlSeconds %d out of range %d..%d", *s, lo, hi)
 	}
 	return time.Duration(*s) * time.Second, nil
 }
@@ -497,17 +497,17 @@ func (d *Discovery) ttl(s *int64) (time.Duration, error) {
 func normalizeTarget(t string, required bool) (string, error) {
 	if t == "" {
 		if required {
-			return "", Errorf(http.StatusBadRequest, "report: target is required (the host the result was seen on)")
+			return "", httpx.Errorf(http.StatusBadRequest, "report: target is required (the host the result was seen on)")
 		}
 		return "", nil
 	}
 	if len(t) > maxTargetLen {
-		return "", Errorf(http.StatusBadRequest, "target longer than %d characters", maxTargetLen)
+		return "", httpx.Errorf(http.StatusBadRequest, "target longer than %d characters", maxTargetLen)
 	}
 	t = strings.ToLower(t)
 	for _, c := range t {
 		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '.' || c == '-' || c == '_' || c == ':' || c == '[' || c == ']') {
-			return "", Errorf(http.StatusBadRequest, "target %q: want a host name or host:port, not a URL", t)
+			return "", httpx.Errorf(http.StatusBadRequest, "target %q: want a host name or host:port, not a URL", t)
 		}
 	}
 	return t, nil
@@ -516,24 +516,30 @@ func normalizeTarget(t string, required bool) (string, error) {
 // decode reads a bounded body and decodes it strictly: unknown fields are a 400, so a typo
 // ("ttl" for "ttlSeconds") is not silently ignored. emptyOK lets an empty body mean {}.
 func (d *Discovery) decode(w http.ResponseWriter, r *http.Request, v any, what string, emptyOK bool) error {
-	b, err := readBody(w, r, d.MaxBodyBytes)
+	b, err := httpx.ReadBody(w, r, d.MaxBodyBytes)
 	if err != nil {
 		return err
 	}
 	if len(bytes.TrimSpace(b)) == 0 && emptyOK {
 		return nil
 	}
-	if err := decodeJSON(b, v, what); err != nil {
+	if err := httpx.DecodeJSON(b, v, what); err != nil {
 		return err
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return Errorf(http.StatusBadRequest, "%s: %s", what, strings.TrimPrefix(err.Error(), "json: "))
+		return httpx.Errorf(http.StatusBadRequest, "%s: %s", what, strings.TrimPrefix(err.Error(), "json: "))
 	}
 	return nil
 }
 
 func retryAfterSeconds(d time.Duration) string {
 	return fmt.Sprint(max(1, int(math.Ceil(d.Seconds()))))
+}
+
+type unknownHealth struct{}
+
+func (unknownHealth) Health(string) lifecycle.Health {
+	return lifecycle.Health{State: lifecycle.HealthUnknown}
 }

@@ -1,20 +1,21 @@
-package server
+package hooks
 
 import (
 	"context"
 
 	"github.com/proxy-operator/proxy-operator/metacontroller"
+	"github.com/proxy-operator/proxy-operator/server/httpx"
 )
 
 // customize asks Metacontroller for the labelled cloud-init Secrets in the parent's namespace.
 // The answer depends only on the parent's namespace, as Metacontroller caches it per generation.
 func (h *Hooks) customize(_ context.Context, hook string, body []byte, _ *Exchange) (any, error) {
 	var req metacontroller.CustomizeRequest
-	if err := decodeJSON(body, &req, hook+" request"); err != nil {
+	if err := httpx.DecodeJSON(body, &req, hook+" request"); err != nil {
 		return nil, err
 	}
 	if len(req.Parent) == 0 || string(req.Parent) == "null" {
-		return nil, Errorf(400, "%s request: body has no parent object", hook)
+		return nil, httpx.Errorf(400, "%s request: body has no parent object", hook)
 	}
 	p, err := decodeParent(req.Parent)
 	if err != nil {

@@ -1,4 +1,4 @@
-package server_test
+package discovery_test
 
 import (
 	"net/http"
@@ -12,7 +12,7 @@ import (
 
 	"github.com/proxy-operator/proxy-operator/fleet"
 	"github.com/proxy-operator/proxy-operator/lease"
-	"github.com/proxy-operator/proxy-operator/server"
+	"github.com/proxy-operator/proxy-operator/server/discovery"
 )
 
 var apiHeading = regexp.MustCompile(`(?m)^### (GET|POST|PUT|PATCH|DELETE|HEAD) (\S+)$`)
@@ -21,7 +21,7 @@ var apiHeading = regexp.MustCompile(`(?m)^### (GET|POST|PUT|PATCH|DELETE|HEAD) (
 // docs/api.md does not describe under a "### METHOD /path" heading, and for any documented
 // route the router does not serve.
 func TestAPIDocumentCoversRouter(t *testing.T) {
-	doc, err := os.ReadFile("../docs/api.md")
+	doc, err := os.ReadFile("../../docs/api.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +31,7 @@ func TestAPIDocumentCoversRouter(t *testing.T) {
 	}
 
 	view := fleet.New(time.Now, 0)
-	d := &server.Discovery{Fleet: view, Leases: lease.NewMemory(lease.Config{Fleet: view, Health: &discHealth{}})}
+	d := &discovery.Discovery{Fleet: view, Leases: lease.NewMemory(lease.Config{Fleet: view, Health: &discHealth{}})}
 	routes, ok := d.Handler().(chi.Routes)
 	if !ok {
 		t.Fatal("discovery handler is not a chi router")

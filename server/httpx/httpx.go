@@ -1,16 +1,20 @@
-// Package server owns the process's HTTP surfaces: the Metacontroller hook server (sync,
-// finalize, customize, health and metrics endpoints). Handlers return errors; one place maps
-// them to a status code and a JSON body, and causes are logged, never sent. It knows nothing
-// of how a decision is made (lifecycle) or how providers talk to their clouds.
-package server
+// Package httpx holds what every HTTP surface of the process shares: the error type handlers
+// return and the one place that maps it to a status code and a JSON body (causes are logged,
+// never sent), bounded body reading, strict JSON decoding, and the router defaults (/healthz,
+// the 404 and 405 answers). It knows no route of its own and no domain type.
+package httpx
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
+
+	"github.com/go-chi/chi/v5"
 )
 
 // Error is an error with the HTTP status and the message the client should see.
@@ -36,16 +40,17 @@ func Errorf(code int, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
-// handlerFunc is an HTTP handler that returns its error instead of writing it.
-type handlerFunc func(w http.ResponseWriter, r *http.Request) error
+// HandlerFunc is an HTTP handler that returns its error instead of writing it.
+type HandlerFunc func(w http.ResponseWriter, r *http.Request) error
 
-// errorBody is the JSON every error answer carries.
-type errorBody struct {
+// ErrorBody is the JSON every error answer carries.
+type ErrorBody struct {
 	Error string `json:"error"`
 }
 
-// serve adapts a handlerFunc, mapping its error to a response in one place.
-func serve(log *slog.Logger, h handlerFunc) http.HandlerFunc {
+// Serve adapts a HandlerFunc, mapping its error to a response in one place: an *Error is
+// answered as it says, anything else is a logged 500 whose cause is not sent.
+func Serve(log *slog.Logger, h HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		err := h(w, r)
 		if err == nil {
@@ -69,10 +74,11 @@ func WriteError(w http.ResponseWriter, e *Error) {
 	if e.RetryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(e.RetryAfter))
 	}
-	writeJSON(w, e.Code, errorBody{Error: e.Message})
+	WriteJSON(w, e.Code, ErrorBody{Error: e.Message})
 }
 
-func writeJSON(w http.ResponseWriter, code int, v any) {
+// WriteJSON writes v as a JSON answer with code.
+func WriteJSON(w http.ResponseWriter, code int, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		code, b = http.StatusInternalServerError, []byte(`{"error":"internal error"}`)
@@ -82,22 +88,42 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	_, _ = w.Write(append(b, '\n'))
 }
 
-// readBody reads at most limit bytes of the request body, answering 413 beyond it.
-func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+// NewRouter returns a chi router with the defaults every surface shares: the given
+// middlewares, GET /healthz, and JSON 404 and 405 answers.
+func NewRouter(middlewares ...func(http.Handler) http.Handler) chi.Router {
+	r := chi.NewRouter()
+	r.Use(middlewares...)
+	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		WriteError(w, Errorf(http.StatusNotFound, "no route %s %s", r.Method, r.URL.Path))
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		WriteError(w, Errorf(http.StatusMethodNotAllowed, "method %s not allowed on %s", r.Method, r.URL.Path))
+	})
+	return r
+}
+
+// ReadBody reads at most limit bytes of the request body, answering 413 beyond it.
+func ReadBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
 	r.Body = http.MaxBytesReader(w, r.Body, limit)
-	b, err := readAll(r)
-	if err != nil {
+	var buf bytes.Buffer
+	if r.ContentLength > 0 && r.ContentLength < 1<<20 {
+		buf.Grow(int(r.ContentLength))
+	}
+	if _, err := io.Copy(&buf, r.Body); err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
 			return nil, Errorf(http.StatusRequestEntityTooLarge, "request body exceeds %d bytes", limit)
 		}
 		return nil, &Error{Code: http.StatusBadRequest, Message: "cannot read request body", Err: err}
 	}
-	return b, nil
+	return buf.Bytes(), nil
 }
 
-// decodeJSON decodes b into v, turning decoder errors into a 400 that names the problem.
-func decodeJSON(b []byte, v any, what string) error {
+// DecodeJSON decodes b into v, turning decoder errors into a 400 that names the problem.
+func DecodeJSON(b []byte, v any, what string) error {
 	if len(b) == 0 {
 		return Errorf(http.StatusBadRequest, "%s: empty body", what)
 	}

@@ -1,4 +1,4 @@
-package server_test
+package hooks_test
 
 import (
 	"bytes"
@@ -23,7 +23,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/providers"
 	"github.com/proxy-operator/proxy-operator/providers/kubernetes"
 	"github.com/proxy-operator/proxy-operator/replay"
-	"github.com/proxy-operator/proxy-operator/server"
+	"github.com/proxy-operator/proxy-operator/server/hooks"
 )
 
 var writeKubernetesFixtures = flag.Bool("write-kubernetes-fixtures", false,
@@ -231,7 +231,7 @@ func provisionedReason(a syncAnswer) string {
 
 // podHooks is a hook router whose only provider is a kubernetes provider named "pods",
 // counted by the provider metrics as in production.
-func podHooks(t *testing.T, now *time.Time, health server.HealthSource) (http.Handler, *prometheus.Registry) {
+func podHooks(t *testing.T, now *time.Time, health hooks.HealthSource) (http.Handler, *prometheus.Registry) {
 	t.Helper()
 	kp, err := kubernetes.New(kubernetes.Config{})
 	if err != nil {
@@ -240,7 +240,7 @@ func podHooks(t *testing.T, now *time.Time, health server.HealthSource) (http.Ha
 	reg := prometheus.NewRegistry()
 	metrics := providers.NewMetrics(reg)
 	clock := func() time.Time { return *now }
-	h := &server.Hooks{
+	h := &hooks.Hooks{
 		Providers: providers.NewSet(providers.Entry{Name: podProvider, Type: "kubernetes", Provider: metrics.Instrument(podProvider, kp)}),
 		Fleet:     fleet.New(clock, 0),
 		Health:    health,
@@ -517,7 +517,7 @@ func fixtureWriter(t *testing.T, now *time.Time, health *fixedHealth) func(strin
 		if strings.HasPrefix(step, "finalize") {
 			hook = "finalize"
 		}
-		dir := filepath.Join("..", "testdata", hook, "pod-"+step)
+		dir := filepath.Join("..", "..", "testdata", hook, "pod-"+step)
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package server
+package hooks
 
 import (
 	"github.com/prometheus/client_golang/prometheus"

@@ -1,0 +1,368 @@
+// Package operator is the process's wiring: from a Config it builds the provider set, the
+// fleet view, the prober and its scheduler, the lease store, the orphan GC, the metrics
+// registry and the two servers (Metacontroller hooks and the crawlers' discovery API), and
+// Run serves them until its context ends, then shuts everything down in order. main.go only
+// turns flags into a Config; tests assemble the real process through New.
+package operator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/proxy-operator/proxy-operator/fleet"
+	"github.com/proxy-operator/proxy-operator/gc"
+	"github.com/proxy-operator/proxy-operator/health"
+	"github.com/proxy-operator/proxy-operator/lease"
+	"github.com/proxy-operator/proxy-operator/providers"
+	"github.com/proxy-operator/proxy-operator/providers/factory"
+	"github.com/proxy-operator/proxy-operator/replay"
+	"github.com/proxy-operator/proxy-operator/server/discovery"
+	"github.com/proxy-operator/proxy-operator/server/hooks"
+)
+
+// Config is everything the process is told from outside. New gives a zero field its value
+// from Defaults, except FleetWarmup, GCInterval, GCMaxDeletions and GCDryRun, whose zero
+// means something (trusted at once, GC off, no deletion allowed, deleting for real).
+type Config struct {
+	// HookAddr and DiscoveryAddr are the listen addresses (":0" or "127.0.0.1:0" picks a port;
+	// read it back with HookAddr() and DiscoveryAddr()).
+	HookAddr      string
+	DiscoveryAddr string
+
+	// ProvidersConfig is the path of the providers YAML; empty: Providers, else one mock
+	// provider named "mock" serving real loopback proxies (factory.Default).
+	ProvidersConfig string
+	// Providers is an already parsed providers config, used when ProvidersConfig is empty.
+	Providers *factory.Config
+	// ExtraProviders join the configured ones (providers built outside the factory table,
+	// such as a GCP client pointed at a local stand-in).
+	ExtraProviders []providers.Entry
+
+	ProviderTimeout time.Duration
+	MaxBodyBytes    int64
+	// FleetWarmup is the time after start before the fleet view is trusted as complete
+	// (0 is a valid value: trusted at once).
+	FleetWarmup   time.Duration
+	ShutdownGrace time.Duration
+	// CaptureDir, when set, receives every handled hook call as a replayable fixture.
+	CaptureDir string
+
+	// DiscoveryToken is the bearer token (DISCOVERY_TOKEN); DiscoveryTokenFile wins over it.
+	// Both empty: auth off.
+	DiscoveryToken     string
+	DiscoveryTokenFile string
+	LeaseMaxTTL        time.Duration
+	LeaseCooldown      time.Duration
+	LeaseBanCooldown   time.Duration
+	LeaseMaxCooldown   time.Duration
+	// LeaseObserve, when set, sees every change of the lease store under its lock (tests).
+	LeaseObserve func(lease.Event)
+
+	ProbeWorkers    int
+	HealthResyncQPS float64
+
+	// GCInterval is the time between orphan sweeps; 0 disables GC.
+	GCInterval     time.Duration
+	GCMinAge       time.Duration
+	GCMaxDeletions int
+	GCDryRun       bool
+
+	// Log receives the process log (nil: discarded). HealthLog, when set, receives the
+	// prober's log instead of Log.
+	Log       *slog.Logger
+	HealthLog *slog.Logger
+}
+
+// Defaults returns a Config holding every default: what the flags say when none is given.
+func Defaults() Config {
+	return Config{
+		HookAddr:         ":8080",
+		DiscoveryAddr:    discovery.DefaultDiscoveryAddr,
+		ProviderTimeout:  hooks.DefaultProviderTimeout,
+		MaxBodyBytes:     hooks.DefaultMaxBodyBytes,
+		FleetWarmup:      3 * time.Minute,
+		ShutdownGrace:    20 * time.Second,
+		LeaseMaxTTL:      discovery.DefaultMaxLeaseTTL,
+		LeaseCooldown:    15 * time.Minute,
+		LeaseBanCooldown: time.Hour,
+		LeaseMaxCooldown: 24 * time.Hour,
+		ProbeWorkers:     health.DefaultWorkers,
+		HealthResyncQPS:  health.DefaultResyncQPS,
+		GCInterval:       gc.DefaultInterval,
+		GCMinAge:         gc.DefaultMinAge,
+		GCMaxDeletions:   20,
+	}
+}
+
+func (c Config) withDefaults() Config {
+	d := Defaults()
+	or := func(v *time.Duration, def time.Duration) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	if c.HookAddr == "" {
+		c.HookAddr = d.HookAddr
+	}
+	if c.DiscoveryAddr == "" {
+		c.DiscoveryAddr = d.DiscoveryAddr
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = d.MaxBodyBytes
+	}
+	if c.ProbeWorkers == 0 {
+		c.ProbeWorkers = d.ProbeWorkers
+	}
+	if c.HealthResyncQPS == 0 {
+		c.HealthResyncQPS = d.HealthResyncQPS
+	}
+	or(&c.ProviderTimeout, d.ProviderTimeout)
+	or(&c.ShutdownGrace, d.ShutdownGrace)
+	or(&c.LeaseMaxTTL, d.LeaseMaxTTL)
+	or(&c.LeaseCooldown, d.LeaseCooldown)
+	or(&c.LeaseBanCooldown, d.LeaseBanCooldown)
+	or(&c.LeaseMaxCooldown, d.LeaseMaxCooldown)
+	or(&c.GCMinAge, d.GCMinAge)
+	return c
+}
+
+// Validate says which setting is out of range.
+func (c Config) Validate() error {
+	if c.ProviderTimeout <= 0 || c.MaxBodyBytes <= 0 || c.FleetWarmup < 0 {
+		return fmt.Errorf("-provider-timeout and -max-hook-body-bytes must be positive, -fleet-warmup not negative")
+	}
+	if c.LeaseMaxTTL <= 0 || c.LeaseCooldown <= 0 || c.LeaseBanCooldown <= 0 || c.LeaseMaxCooldown < c.LeaseBanCooldown || c.LeaseMaxCooldown < c.LeaseCooldown {
+		return fmt.Errorf("-lease-max-ttl and the cooldowns must be positive, -lease-max-cooldown at least each cooldown")
+	}
+	if c.ProbeWorkers <= 0 || c.HealthResyncQPS <= 0 {
+		return fmt.Errorf("-probe-workers and -health-resync-qps must be positive")
+	}
+	if c.GCInterval < 0 || c.GCMinAge <= 0 {
+		return fmt.Errorf("-gc-interval must not be negative, -gc-min-age must be positive")
+	}
+	return nil
+}
+
+// Operator is the assembled process. Build it with New, serve it with Run (once).
+type Operator struct {
+	cfg      Config
+	log      *slog.Logger
+	registry *prometheus.Registry
+
+	providers *providers.Set
+	fleet     *fleet.View
+	prober    *health.HTTPProber
+	sched     *health.Scheduler
+	store     *lease.Memory
+	collector *gc.Collector
+
+	hookSrv, discSrv *http.Server
+	hookLn, discLn   net.Listener
+}
+
+// New builds every part and binds both listeners, so the addresses are known when it returns.
+// On an error nothing is left open.
+func New(cfg Config) (_ *Operator, err error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	o := &Operator{cfg: cfg, log: log, registry: prometheus.NewRegistry()}
+	defer func() {
+		if err != nil {
+			o.close()
+		}
+	}()
+	reg := o.registry
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	pcfg := factory.Default()
+	switch {
+	case cfg.ProvidersConfig != "":
+		if pcfg, err = factory.Load(cfg.ProvidersConfig); err != nil {
+			return nil, err
+		}
+	case cfg.Providers != nil:
+		pcfg = *cfg.Providers
+		if err := pcfg.Validate(); err != nil {
+			return nil, err
+		}
+	}
+	if o.providers, err = factory.Build(pcfg, factory.Deps{Metrics: providers.NewMetrics(reg)}); err != nil {
+		return nil, err
+	}
+	if len(cfg.ExtraProviders) > 0 {
+		o.providers = providers.NewSet(append(o.providers.Entries(), cfg.ExtraProviders...)...)
+	}
+	for _, e := range o.providers.Entries() {
+		log.Info("provider configured", "provider", e.Name, "type", e.Type)
+	}
+	token, err := discovery.Token(cfg.DiscoveryToken, cfg.DiscoveryTokenFile)
+	if err != nil {
+		return nil, err
+	}
+
+	o.fleet = fleet.New(time.Now, cfg.FleetWarmup)
+	o.prober = health.NewHTTPProber(nil)
+	hlog := cfg.HealthLog
+	if hlog == nil {
+		hlog = log.With("component", "health")
+	}
+	if o.sched, err = health.New(health.Config{View: o.fleet, Prober: o.prober, Workers: cfg.ProbeWorkers,
+		Registerer: reg, Log: hlog}); err != nil {
+		return nil, err
+	}
+	h := &hooks.Hooks{
+		Providers:       o.providers,
+		Fleet:           o.fleet,
+		Health:          o.sched,
+		HealthResync:    health.ResyncPolicy{QPS: cfg.HealthResyncQPS}.After,
+		Log:             log,
+		Registry:        reg,
+		MaxBodyBytes:    cfg.MaxBodyBytes,
+		ProviderTimeout: cfg.ProviderTimeout,
+	}
+	if cfg.CaptureDir != "" {
+		rec, err := replay.NewRecorder(cfg.CaptureDir, log)
+		if err != nil {
+			return nil, err
+		}
+		h.Recorder = rec
+		log.Warn("capturing every hook call", "dir", cfg.CaptureDir)
+	}
+	o.store = lease.NewMemory(lease.Config{
+		Fleet: o.fleet, Health: o.sched, Now: time.Now,
+		RateLimitedCooldown: cfg.LeaseCooldown,
+		BannedCooldown:      cfg.LeaseBanCooldown,
+		MaxCooldown:         cfg.LeaseMaxCooldown,
+		Observe:             cfg.LeaseObserve,
+	})
+	disc := &discovery.Discovery{Fleet: o.fleet, Health: o.sched, Leases: o.store, Token: token,
+		Log: log.With("component", "discovery"), Registerer: reg, MaxTTL: cfg.LeaseMaxTTL}
+
+	if cfg.GCInterval > 0 {
+		srcs, err := gc.DefaultSources(o.fleet)
+		if err != nil {
+			return nil, fmt.Errorf("gc: %w", err)
+		}
+		o.collector, err = gc.New(gc.Config{Providers: o.providers, Sources: srcs, Interval: cfg.GCInterval, MinAge: cfg.GCMinAge,
+			MaxDeletions: cfg.GCMaxDeletions, DryRun: cfg.GCDryRun, Log: log.With("component", "gc"), Registerer: reg})
+		if err != nil {
+			return nil, err
+		}
+		log.Info("orphan gc enabled", "source", srcs[0].Name(), "interval", cfg.GCInterval.String(), "dryRun", cfg.GCDryRun)
+	}
+
+	o.hookSrv = h.Server()
+	o.discSrv = disc.Server("")
+	if o.hookLn, err = net.Listen("tcp", cfg.HookAddr); err != nil {
+		return nil, fmt.Errorf("hook listener: %w", err)
+	}
+	if o.discLn, err = net.Listen("tcp", cfg.DiscoveryAddr); err != nil {
+		return nil, fmt.Errorf("discovery listener: %w", err)
+	}
+	return o, nil
+}
+
+// close releases what New acquired (listeners, the prober's connections, providers' resources).
+func (o *Operator) close() {
+	for _, ln := range []net.Listener{o.hookLn, o.discLn} {
+		if ln != nil {
+			_ = ln.Close()
+		}
+	}
+	if o.prober != nil {
+		o.prober.Close()
+	}
+	if o.providers != nil {
+		if err := o.providers.Close(); err != nil {
+			o.log.Error("closing providers", "err", err)
+		}
+	}
+}
+
+// HookAddr is the bound address of the hook listener (sync, finalize, customize, /healthz,
+// /readyz, /metrics).
+func (o *Operator) HookAddr() string { return o.hookLn.Addr().String() }
+
+// DiscoveryAddr is the bound address of the discovery API listener.
+func (o *Operator) DiscoveryAddr() string { return o.discLn.Addr().String() }
+
+// Fleet is the process's fleet view.
+func (o *Operator) Fleet() *fleet.View { return o.fleet }
+
+// Health is the probe scheduler (the live verdict of every proxy).
+func (o *Operator) Health() *health.Scheduler { return o.sched }
+
+// Leases is the lease store.
+func (o *Operator) Leases() *lease.Memory { return o.store }
+
+// Providers is the configured provider set.
+func (o *Operator) Providers() *providers.Set { return o.providers }
+
+// Registry holds every metric the process exports at /metrics.
+func (o *Operator) Registry() *prometheus.Registry { return o.registry }
+
+// Run serves both listeners and runs the background loops (probes, lease expiry, GC) until
+// ctx ends or one of them fails; then it shuts the servers down within ShutdownGrace, stops
+// the loops and closes the providers. It returns the first failure, nil on a clean stop.
+func (o *Operator) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer o.close()
+	log := o.log
+	log.Info("listening", "hooks", o.HookAddr(), "discovery", o.DiscoveryAddr())
+
+	errc := make(chan error, 5)
+	go func() { errc <- fmt.Errorf("hook server: %w", o.hookSrv.Serve(o.hookLn)) }()
+	go func() { errc <- fmt.Errorf("discovery server: %w", o.discSrv.Serve(o.discLn)) }()
+	// Background loops return nil when ctx ends; an early return is a failure of the process.
+	background := []func(context.Context) error{o.sched.Run, o.store.Run}
+	if o.collector != nil {
+		background = append(background, o.collector.Run)
+	}
+	done := make(chan struct{}, len(background))
+	for _, loop := range background {
+		go func() {
+			if err := loop(ctx); err != nil {
+				errc <- err
+			}
+			done <- struct{}{}
+		}()
+	}
+
+	var runErr error
+	select {
+	case runErr = <-errc:
+	case <-ctx.Done():
+	}
+	log.Info("shutting down")
+	sctx, scancel := context.WithTimeout(context.Background(), o.cfg.ShutdownGrace)
+	defer scancel()
+	if err := o.hookSrv.Shutdown(sctx); err != nil && runErr == nil {
+		runErr = fmt.Errorf("hook server shutdown: %w", err)
+	}
+	if err := o.discSrv.Shutdown(sctx); err != nil && runErr == nil {
+		runErr = fmt.Errorf("discovery server shutdown: %w", err)
+	}
+	cancel()
+	for range background {
+		<-done
+	}
+	if errors.Is(runErr, http.ErrServerClosed) {
+		runErr = nil
+	}
+	return runErr
+}

@@ -1,0 +1,183 @@
+// Package hooks serves Metacontroller's calls: sync, finalize and customize on the hook
+// listener, beside /healthz, /readyz and /metrics. Its client is Metacontroller alone (see
+// server/discovery for the crawlers' API). It turns a hook body into lifecycle.Input, asks the
+// provider what exists, lets lifecycle decide, runs the one action, and answers the status;
+// it knows nothing of how a decision is made or how providers talk to their clouds.
+package hooks
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/apimachinery/pkg/types"
+
+	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
+	"github.com/proxy-operator/proxy-operator/fleet"
+	"github.com/proxy-operator/proxy-operator/lifecycle"
+	"github.com/proxy-operator/proxy-operator/providers"
+	"github.com/proxy-operator/proxy-operator/server/httpx"
+)
+
+// HealthSource is the prober's verdict on a proxy, by namespace/name.
+type HealthSource interface {
+	Health(key string) lifecycle.Health
+}
+
+// Defaults for Hooks fields left zero.
+const (
+	DefaultMaxBodyBytes    = 4 << 20
+	DefaultProviderTimeout = 8 * time.Second
+	DefaultMaxInFlight     = 64
+)
+
+// Hooks serves Metacontroller's sync, finalize and customize calls.
+type Hooks struct {
+	Providers *providers.Set
+	Fleet     *fleet.View
+	Health    HealthSource
+	Now       func() time.Time
+	Log       *slog.Logger
+	// Registry, when set, is served at /metrics and receives the hook metrics.
+	Registry *prometheus.Registry
+	// HealthResync says how soon a steady proxy is synced again (nil: lifecycle's default).
+	HealthResync func(fleetSize int, hc v1.HealthCheckSpec) time.Duration
+	Recorder     Recorder
+	// Ready reports readiness for /readyz (nil: always ready).
+	Ready func() error
+
+	MaxBodyBytes    int64
+	ProviderTimeout time.Duration
+	// MaxInFlight bounds concurrent hook calls; beyond it the answer is 429 with Retry-After.
+	MaxInFlight int
+
+	inflight chan struct{}
+	duration *prometheus.HistogramVec
+
+	// retries remembers, per Proxy, until when a failed provider call keeps the provider
+	// alone. It lives only in memory: after a restart a Proxy in backoff is tried once at
+	// once, which the backoff then covers again.
+	retryMu sync.Mutex
+	retries map[types.UID]retryWait
+}
+
+func (h *Hooks) init() {
+	if h.Now == nil {
+		h.Now = time.Now
+	}
+	if h.Log == nil {
+		h.Log = slog.New(slog.DiscardHandler)
+	}
+	if h.MaxBodyBytes <= 0 {
+		h.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if h.ProviderTimeout <= 0 {
+		h.ProviderTimeout = DefaultProviderTimeout
+	}
+	if h.MaxInFlight <= 0 {
+		h.MaxInFlight = DefaultMaxInFlight
+	}
+	if h.Health == nil {
+		h.Health = unknownHealth{}
+	}
+	h.inflight = make(chan struct{}, h.MaxInFlight)
+	h.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "proxy_operator_hook_duration_seconds",
+		Help:    "Time to answer a Metacontroller hook call.",
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+	}, []string{"hook"})
+	if h.Registry != nil {
+		h.Registry.MustRegister(h.duration, newPhaseCollector(h.Fleet))
+	}
+}
+
+type unknownHealth struct{}
+
+func (unknownHealth) Health(string) lifecycle.Health {
+	return lifecycle.Health{State: lifecycle.HealthUnknown}
+}
+
+// Handler returns the hook router. Call it once.
+func (h *Hooks) Handler() http.Handler {
+	h.init()
+	r := httpx.NewRouter()
+	r.Post("/sync", h.hook("sync", h.sync))
+	r.Post("/finalize", h.hook("finalize", h.sync))
+	r.Post("/customize", h.hook("customize", h.customize))
+	r.Get("/readyz", httpx.Serve(h.Log, func(w http.ResponseWriter, _ *http.Request) error {
+		if h.Ready != nil {
+			if err := h.Ready(); err != nil {
+				return &httpx.Error{Code: http.StatusServiceUnavailable, Message: "not ready: " + err.Error()}
+			}
+		}
+		httpx.WriteJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+		return nil
+	}))
+	if h.Registry != nil {
+		r.Handle("/metrics", promhttp.HandlerFor(h.Registry, promhttp.HandlerOpts{}))
+	}
+	return r
+}
+
+// Server returns the hook listener's server with every timeout set: a hook may make two
+// provider calls, so writes get room for both.
+func (h *Hooks) Server() *http.Server {
+	handler := h.Handler()
+	return &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      2*h.ProviderTimeout + 10*time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+	}
+}
+
+// hookFunc handles one decoded hook call and returns the response body.
+type hookFunc func(ctx context.Context, hook string, body []byte, ex *Exchange) (any, error)
+
+// hook wraps a hookFunc with load shedding, the body limit, timing and capture.
+func (h *Hooks) hook(name string, fn hookFunc) http.HandlerFunc {
+	return httpx.Serve(h.Log, func(w http.ResponseWriter, r *http.Request) error {
+		select {
+		case h.inflight <- struct{}{}:
+			defer func() { <-h.inflight }()
+		default:
+			return &httpx.Error{Code: http.StatusTooManyRequests, Message: "too many hook calls in flight", RetryAfter: 1}
+		}
+		start := time.Now()
+		defer func() { h.duration.WithLabelValues(name).Observe(time.Since(start).Seconds()) }()
+		ex := &Exchange{Hook: name, Now: h.Now()}
+		body, err := httpx.ReadBody(w, r, h.MaxBodyBytes)
+		if err != nil {
+			return err
+		}
+		ex.Request = body
+		resp, err := fn(r.Context(), name, body, ex)
+		if err != nil {
+			var e *httpx.Error
+			if h.Recorder != nil && errors.As(err, &e) {
+				ex.Code = e.Code
+				ex.Response, _ = json.Marshal(httpx.ErrorBody{Error: e.Message})
+				h.capture(ex)
+			}
+			return err
+		}
+		out, err := json.Marshal(resp)
+		if err != nil {
+			return err
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(out)
+		ex.Code, ex.Response = http.StatusOK, out
+		h.capture(ex)
+		return nil
+	})
+}

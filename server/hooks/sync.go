@@ -1,0 +1,194 @@
+package hooks
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+
+	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
+	"github.com/proxy-operator/proxy-operator/fleet"
+	"github.com/proxy-operator/proxy-operator/lifecycle"
+	"github.com/proxy-operator/proxy-operator/metacontroller"
+	"github.com/proxy-operator/proxy-operator/providers"
+	"github.com/proxy-operator/proxy-operator/server/httpx"
+)
+
+// decodeParent reads and checks the parent Proxy of a hook body.
+func decodeParent(raw json.RawMessage) (*v1.Proxy, error) {
+	var p v1.Proxy
+	if err := httpx.DecodeJSON(raw, &p, "parent"); err != nil {
+		return nil, err
+	}
+	switch {
+	case p.Kind != "" && p.Kind != v1.Kind:
+		return nil, httpx.Errorf(http.StatusBadRequest, "parent: kind %q, want %s", p.Kind, v1.Kind)
+	case p.APIVersion != "" && p.APIVersion != v1.APIVersion:
+		return nil, httpx.Errorf(http.StatusBadRequest, "parent: apiVersion %q, want %s", p.APIVersion, v1.APIVersion)
+	case p.Name == "":
+		return nil, httpx.Errorf(http.StatusBadRequest, "parent: metadata.name is required")
+	case p.Namespace == "":
+		return nil, httpx.Errorf(http.StatusBadRequest, "parent: metadata.namespace is required")
+	case p.UID == "":
+		return nil, httpx.Errorf(http.StatusBadRequest, "parent: metadata.uid is required")
+	}
+	return &p, nil
+}
+
+// sync answers sync and finalize: build the decision's input, observe, decide, act at most
+// once, decide again with the outcome, record the proxy in the fleet view.
+func (h *Hooks) sync(ctx context.Context, hook string, body []byte, ex *Exchange) (any, error) {
+	var req metacontroller.SyncRequest
+	if err := httpx.DecodeJSON(body, &req, hook+" request"); err != nil {
+		return nil, err
+	}
+	if err := req.Validate(); err != nil {
+		return nil, &httpx.Error{Code: http.StatusBadRequest, Message: hook + " request: " + err.Error(), Err: err}
+	}
+	p, err := decodeParent(req.Parent)
+	if err != nil {
+		return nil, err
+	}
+	finalizing := req.Finalizing || hook == "finalize"
+	in := lifecycle.Input{Proxy: p, Finalizing: finalizing, Now: ex.Now}
+	in.SpecErr = p.Spec.Validate()
+	p.Spec.Default()
+	key := p.Key()
+	in.Health = h.Health.Health(key)
+	if in.Health.State == lifecycle.HealthUnknown && h.Fleet != nil {
+		// First sync since a restart: the prober has not met this proxy yet. Keep what status
+		// recorded rather than flap the fleet to Unknown.
+		if _, seen := h.Fleet.Get(key); !seen {
+			in.Health = lifecycle.RecordedHealth(p.Status)
+		}
+	}
+	log := h.Log.With("proxy", key, "hook", hook)
+
+	var entry providers.Entry
+	// A spec that turned invalid after its instance was made must still let the Proxy be
+	// deleted: finalize looks the provider up whatever the spec says.
+	if p.Spec.Mode == v1.ModeManaged && p.Spec.Provider != "" && (in.SpecErr == nil || finalizing) {
+		entry, in.ProviderKnown = h.Providers.Lookup(p.Spec.Provider)
+		if !finalizing {
+			in.CloudInit, in.CloudInitErr = resolveCloudInit(p, req.Related)
+		}
+	}
+	// A provider whose instances are Metacontroller children acts through this call's
+	// children; every other provider is returned unchanged.
+	var children providers.BoundProvider
+	if in.ProviderKnown {
+		parent := providers.Parent{Namespace: p.Namespace, Name: p.Name, UID: string(p.UID)}
+		entry.Provider, children, _ = providers.BindChildren(entry.Provider, parent, req.Children)
+		in.RetryAt = h.retryAt(p, finalizing)
+	}
+	if in.ProviderKnown && !in.RetryAt.After(in.Now) {
+		in.Instance, in.ObserveErr = h.observe(ctx, entry, p, finalizing)
+		if in.ObserveErr != nil {
+			log.Error("provider observe failed", "provider", entry.Name, "providerID", p.Status.ProviderID, "err", in.ObserveErr)
+		}
+	}
+	if fs := h.Fleet; fs != nil && h.HealthResync != nil {
+		in.HealthResync = h.HealthResync(fs.Len(), *p.Spec.HealthCheck)
+	}
+	d := lifecycle.Decide(in)
+	if d.Action != nil {
+		in.Outcome = h.run(ctx, log, entry, *d.Action)
+		d = lifecycle.Decide(in)
+	}
+	ex.ProviderType, ex.Input, ex.Decision = entry.Type, in, d
+	if in.ProviderKnown {
+		h.setRetry(p, finalizing, d)
+	}
+	h.record(log, p, d)
+	resp := metacontroller.SyncResponse{
+		Status:             d.Status,
+		Children:           providers.DesiredChildren(children, req.Children, finalizing),
+		ResyncAfterSeconds: d.ResyncAfter.Seconds(),
+		Finalized:          d.Finalized,
+	}
+	return resp, nil
+}
+
+// observe asks the provider what exists for this Proxy.
+func (h *Hooks) observe(ctx context.Context, e providers.Entry, p *v1.Proxy, finalizing bool) (*providers.Instance, error) {
+	ctx, cancel := context.WithTimeout(ctx, h.ProviderTimeout)
+	defer cancel()
+	if id := p.Status.ProviderID; id != "" {
+		inst, err := e.Provider.Get(ctx, id)
+		if errors.Is(err, providers.ErrNotFound) {
+			return nil, nil
+		}
+		return inst, err
+	}
+	if !finalizing && p.Status.Phase != v1.PhaseFailed {
+		// Create is idempotent by name: a lost status write is repaired by creating again.
+		return nil, nil
+	}
+	// Finalizing, or Failed, with no recorded ID: a crash between Create and the status write
+	// may have left an instance only its tags can find. A Failed Proxy calls Create no more
+	// (a permanent error waits for a spec change), so creating again would never find it.
+	all, err := e.Provider.ListByTag(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for i := range all {
+		if all[i].OwnerUID == string(p.UID) {
+			return &all[i], nil
+		}
+	}
+	return nil, nil
+}
+
+// run performs one action against the provider and reports its outcome.
+func (h *Hooks) run(ctx context.Context, log *slog.Logger, e providers.Entry, a lifecycle.Action) *lifecycle.Outcome {
+	ctx, cancel := context.WithTimeout(ctx, h.ProviderTimeout)
+	defer cancel()
+	o := &lifecycle.Outcome{Action: a}
+	switch a.Kind {
+	case lifecycle.ActionCreate:
+		o.ProviderID, o.Err = e.Provider.Create(ctx, a.Create)
+		if o.Err == nil {
+			log.Info("instance create started", "provider", e.Name, "providerID", o.ProviderID, "name", a.Create.Name, "specHash", a.Create.SpecHash)
+		}
+	case lifecycle.ActionDelete:
+		o.Err = e.Provider.Delete(ctx, a.ProviderID)
+		if o.Err == nil {
+			log.Info("instance delete started", "provider", e.Name, "providerID", a.ProviderID)
+		}
+	}
+	if o.Err != nil {
+		log.Error("provider call failed", "provider", e.Name, "op", string(a.Kind), "providerID", a.ProviderID, "err", o.Err)
+	}
+	return o
+}
+
+// record updates the fleet view and logs phase transitions.
+func (h *Hooks) record(log *slog.Logger, p *v1.Proxy, d lifecycle.Decision) {
+	if p.Status.Phase != d.Status.Phase {
+		log.Info("phase changed", "from", string(p.Status.Phase), "to", string(d.Status.Phase), "providerID", d.Status.ProviderID)
+	}
+	if h.Fleet == nil {
+		return
+	}
+	if d.Finalized {
+		h.Fleet.Remove(p.Key())
+		return
+	}
+	h.Fleet.Upsert(fleet.Proxy{
+		Key:         p.Key(),
+		UID:         string(p.UID),
+		Generation:  p.Generation,
+		Mode:        p.Spec.Mode,
+		Provider:    p.Spec.Provider,
+		ProviderID:  d.Status.ProviderID,
+		IP:          d.Status.IP,
+		Port:        p.Spec.ListenPort(),
+		Attributes:  p.Spec.Attributes,
+		MaxLeases:   *p.Spec.MaxLeases,
+		HealthCheck: *p.Spec.HealthCheck,
+		Phase:       d.Status.Phase,
+		Recorded:    lifecycle.RecordedHealth(d.Status),
+		Deleting:    p.DeletionTimestamp != nil || d.Status.Phase == v1.PhaseDeleting,
+	})
+}
