@@ -10,12 +10,17 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 
+	"github.com/proxy-operator/proxy-operator/netpolicy"
 	"github.com/proxy-operator/proxy-operator/operator"
 	"github.com/proxy-operator/proxy-operator/replay"
+	"github.com/proxy-operator/proxy-operator/server/hooks"
 )
 
 // subcommand is one entry of the table below: the first argument selects it.
@@ -55,7 +60,17 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", d.ShutdownGrace, "time allowed for in-flight requests at shutdown")
 	fs.StringVar(&c.CaptureDir, "capture-dir", "", "write every handled hook call as a fixture folder under this directory (debugging; replay with 'proxy-operator replay DIR')")
 	fs.StringVar(&c.DiscoveryAddr, "discovery-addr", d.DiscoveryAddr, "listen address of the discovery and lease API")
-	fs.StringVar(&c.DiscoveryTokenFile, "discovery-token-file", "", "file holding the discovery API bearer token (wins over DISCOVERY_TOKEN); empty token: auth off")
+	fs.StringVar(&c.DiscoveryTokenFile, "discovery-token-file", "", "file of discovery API tokens: one per line (every right), or YAML scoping each to namespaces and read/lease rights (wins over DISCOVERY_TOKEN); without a token the operator does not start")
+	fs.BoolVar(&c.DiscoveryInsecure, "discovery-insecure", false, "serve the discovery API without a token (only on a trusted address such as 127.0.0.1)")
+	fs.BoolVar(&c.AllowLoopbackProxies, "allow-loopback-proxies", false, "let any proxy, External ones included, be on loopback (the mock provider's instances always may)")
+	var externalCIDRs string
+	fs.StringVar(&externalCIDRs, "external-cidrs", "", "comma-separated CIDRs External endpoints must be in (empty: any address the egress policy allows)")
+	var hookMem bytesFlag
+	fs.Var(&hookMem, "hook-memory-limit", "memory limit the hook body budget is sized from, a quarter of it (e.g. 256Mi; default: GOMEMLIMIT, else the cgroup's memory.max, else 1Gi)")
+	fs.DurationVar(&c.HookBodyReadTimeout, "hook-body-read-timeout", hooks.DefaultBodyReadTimeout, "time allowed to receive one hook request body (408 beyond)")
+	var captureMax bytesFlag
+	fs.Var(&captureMax, "capture-max-bytes", "cap of the -capture-dir directory (default 100Mi)")
+	fs.BoolVar(&c.CaptureSecrets, "capture-secrets", false, "keep Secret data in captured hook calls (redacted by default)")
 	fs.DurationVar(&c.LeaseMaxTTL, "lease-max-ttl", d.LeaseMaxTTL, "longest lease TTL a client may ask for")
 	fs.DurationVar(&c.LeaseCooldown, "lease-cooldown", d.LeaseCooldown, "cooldown of a proxy for a target after a rate_limited report")
 	fs.DurationVar(&c.LeaseBanCooldown, "lease-ban-cooldown", d.LeaseBanCooldown, "cooldown of a proxy for a target after a banned report")
@@ -69,6 +84,12 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}
+	c.HookMemoryLimit, c.CaptureMaxBytes = int64(hookMem), int64(captureMax)
+	cidrs, err := netpolicy.ParseCIDRs(externalCIDRs)
+	if err != nil {
+		return options{}, fmt.Errorf("-external-cidrs: %w", err)
+	}
+	c.ExternalCIDRs = cidrs
 	if fs.NArg() > 0 {
 		return options{}, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
@@ -122,4 +143,25 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	return op.Run(ctx)
+}
+
+// bytesFlag is a byte size: a plain number or one with a Ki, Mi or Gi suffix.
+type bytesFlag int64
+
+func (b *bytesFlag) String() string { return strconv.FormatInt(int64(*b), 10) }
+
+func (b *bytesFlag) Set(s string) error {
+	mult := int64(1)
+	for suffix, m := range map[string]int64{"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30} {
+		if v, ok := strings.CutSuffix(s, suffix); ok {
+			s, mult = v, m
+			break
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 || n > math.MaxInt64/mult {
+		return fmt.Errorf("want a byte size such as 268435456 or 256Mi")
+	}
+	*b = bytesFlag(n * mult)
+	return nil
 }

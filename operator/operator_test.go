@@ -86,7 +86,7 @@ func TestNewFailsCleanly(t *testing.T) {
 	}
 	hookAddr := hook.Addr().String()
 	hook.Close()
-	if _, err := operator.New(operator.Config{HookAddr: hookAddr, DiscoveryAddr: busy.Addr().String()}); err == nil ||
+	if _, err := operator.New(operator.Config{HookAddr: hookAddr, DiscoveryAddr: busy.Addr().String(), DiscoveryInsecure: true}); err == nil ||
 		!strings.Contains(err.Error(), "discovery listener") {
 		t.Fatalf("discovery port in use: %v, want a discovery listener error", err)
 	}
