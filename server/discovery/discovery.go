@@ -62,7 +62,7 @@ type Discovery struct {
 	// Insecure serves every /v1 request without a token, as a caller with every right. It is
 	// never implied: with no token and no Insecure, every /v1 request is refused.
 	Insecure bool
-	Log   *slog.Logger
+	Log      *slog.Logger
 	// Registerer receives the lease metrics (nil: not registered).
 	Registerer prometheus.Registerer
 	Now        func() time.Time
