@@ -51,8 +51,8 @@ func TestScopedTokens(t *testing.T) {
 	f, _ := scopedFixture(t)
 	for _, tc := range []struct {
 		name, method, path, token, body string
-		code                             int
-		has, lacks                       string
+		code                            int
+		has, lacks                      string
 	}{
 		{"team list", "GET", "/v1/proxies", "tok-team-a-0123456789", "", 200, "team-a/p1", "team-b/"},
 		{"admin list", "GET", "/v1/proxies", "tok-admin-0123456789", "", 200, "team-b/p1", ""},
