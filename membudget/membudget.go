@@ -103,8 +103,11 @@ func (b *Budget) Read(rd io.Reader, declared, limit int64) ([]byte, *Reservation
 			// double (from one chunk), so a body costs O(log n) copies and a trickle holds
 			// at most twice what it sent.
 			grow := max(int64(chunk), int64(len(buf)))
-			if declared >= 0 && len(buf) == 0 {
-				grow = max(declared, 1) // the declared length in one step: one allocation
+			if declared >= 0 {
+				// Never past the declared length (+1 to see a body longer than declared),
+				// but never reserved ahead of the bytes either: a client that declares
+				// 4 MiB and trickles holds what it sent, not what it promised.
+				grow = min(grow, max(declared+1-int64(len(buf)), 1))
 			}
 			grow = min(grow, limit+1-int64(len(buf)))
 			w := grow * b.factor

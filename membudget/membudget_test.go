@@ -81,11 +81,17 @@ func TestTrickleHoldsOnlyWhatItSent(t *testing.T) {
 	for range 8 {
 		tr := &trickle{n: 10, wait: release, sent: make(chan struct{})}
 		wg.Add(1)
+		failed := make(chan error, 1)
 		go func() {
 			defer wg.Done()
-			_, _, _ = b.Read(tr, -1, limit)
+			_, _, err := b.Read(tr, limit, limit) // declares the whole 4 MiB, sends 10 bytes
+			failed <- err
 		}()
-		<-tr.sent
+		select {
+		case <-tr.sent:
+		case err := <-failed:
+			t.Fatalf("a trickling body was refused before it sent anything: %v", err)
+		}
 	}
 	if got, max := b.InUse(), int64(8*chunk*12); got > max {
 		t.Errorf("8 trickling bodies hold %d, want at most %d", got, max)
