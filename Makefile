@@ -8,7 +8,7 @@ IMG           ?= proxy-operator:dev
 # -discovery-insecure: the quickstart serves discovery on 127.0.0.1 only; a shared address needs a token.
 RUN_ARGS      ?= -hook-addr 127.0.0.1:8080 -discovery-addr 127.0.0.1:8090 -discovery-insecure -log-format text -fleet-warmup 5s -gc-min-age 1m
 
-.PHONY: build run test generate verify vet fmt bench bench-probes bench-discovery docker-build fuzz load attack
+.PHONY: build run test generate verify vet fmt bench bench-probes bench-discovery bench-crawl docker-build fuzz load attack
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN) .
@@ -44,6 +44,14 @@ bench-probes:
 bench-discovery:
 	$(GO) test -run '^$$' -bench BenchmarkDiscoveryLease -benchtime 3x ./server/discovery/
 	$(GO) test -run '^$$' -bench BenchmarkAcquireRelease -benchtime 1s ./lease/
+
+# bench-crawl: one crawl job (4,000 URLs over 8 loopback sites, 6 strict; 16 workers; 16 mock
+# proxies) with the random, rotating and leases strategies, each on a fresh operator and farm,
+# at most 90 s each (about 5 minutes in all). Prints the table of docs/performance.md;
+# CRAWL_ARGS passes flags (go run ./bench/crawl/cmd/crawlbench -h). make test runs a short version.
+CRAWL_ARGS ?= -v
+bench-crawl:
+	$(GO) run ./bench/crawl/cmd/crawlbench $(CRAWL_ARGS)
 
 # fuzz runs every fuzz target in the module for FUZZTIME each, one after another (go test
 # -fuzz takes one target per run). CI runs it with FUZZTIME=10s; a crash is saved under the

@@ -72,7 +72,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Var(&captureMax, "capture-max-bytes", "cap of the -capture-dir directory (default 100Mi)")
 	fs.BoolVar(&c.CaptureSecrets, "capture-secrets", false, "keep Secret data in captured hook calls (redacted by default)")
 	fs.DurationVar(&c.LeaseMaxTTL, "lease-max-ttl", d.LeaseMaxTTL, "longest lease TTL a client may ask for")
-	fs.DurationVar(&c.LeaseCooldown, "lease-cooldown", d.LeaseCooldown, "cooldown of a proxy for a target after a rate_limited report")
+	fs.DurationVar(&c.LeaseCooldown, "lease-cooldown", d.LeaseCooldown, "cooldown of a proxy for a target after a rate_limited report without the site's Retry-After (with one: exactly that)")
 	fs.DurationVar(&c.LeaseBanCooldown, "lease-ban-cooldown", d.LeaseBanCooldown, "cooldown of a proxy for a target after a banned report")
 	fs.DurationVar(&c.LeaseMaxCooldown, "lease-max-cooldown", d.LeaseMaxCooldown, "cap of a cooldown grown by repeated reports")
 	fs.IntVar(&c.ProbeWorkers, "probe-workers", d.ProbeWorkers, "most probes in flight at once")

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/proxy-operator/proxy-operator/fleet"
 	"github.com/proxy-operator/proxy-operator/internal/clocktest"
@@ -27,6 +28,7 @@ type model struct {
 	held       map[string]string // lease ID -> proxy
 	count      map[string]int
 	cool       map[coolKey]time.Time
+	byTarget   map[coolKey]int // live leases per (target, proxy)
 	grants     int
 	violations []string
 }
@@ -46,8 +48,12 @@ func (m *model) observe(e Event) {
 			m.violations = append(m.violations, fmt.Sprintf("%s leased while %s", e.Proxy, h.State))
 		}
 		if e.Target != "" {
-			if until, ok := m.cool[coolKey{e.Target, e.Proxy}]; ok && e.At.Before(until) {
+			k := coolKey{e.Target, e.Proxy}
+			if until, ok := m.cool[k]; ok && e.At.Before(until) {
 				m.violations = append(m.violations, fmt.Sprintf("%s leased for %s at %s while cooling until %s", e.Proxy, e.Target, e.At, until))
+			}
+			if m.byTarget[k]++; m.byTarget[k] > 1 {
+				m.violations = append(m.violations, fmt.Sprintf("%s leased for %s while another lease holds it for that target", e.Proxy, e.Target))
 			}
 		}
 	case EventReleased, EventExpired, EventDropped:
@@ -57,6 +63,13 @@ func (m *model) observe(e Event) {
 			return
 		}
 		delete(m.held, e.LeaseID)
+		if e.Target != "" {
+			if k := (coolKey{e.Target, e.Proxy}); m.byTarget[k] <= 1 {
+				delete(m.byTarget, k)
+			} else {
+				m.byTarget[k]--
+			}
+		}
 		m.count[e.Proxy]--
 		if m.count[e.Proxy] == 0 {
 			delete(m.count, e.Proxy)
@@ -89,7 +102,7 @@ func TestConcurrentInvariants(t *testing.T) {
 	clock := clocktest.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	view := fleet.New(clock.Now, 0)
 	health := newFakeHealth()
-	md := &model{max: map[string]int{}, health: health, held: map[string]string{}, count: map[string]int{}, cool: map[coolKey]time.Time{}}
+	md := &model{max: map[string]int{}, health: health, held: map[string]string{}, count: map[string]int{}, cool: map[coolKey]time.Time{}, byTarget: map[coolKey]int{}}
 	const proxies = 40
 	records := make([]fleet.Proxy, proxies)
 	for i := range proxies {
@@ -224,6 +237,9 @@ func TestConcurrentInvariants(t *testing.T) {
 		if e.load != wantCounts[k] {
 			t.Errorf("index load of %s is %d, model %d", k, e.load, wantCounts[k])
 		}
+	}
+	if diff := cmp.Diff(md.byTarget, store.byTarget, cmpopts.EquateEmpty()); diff != "" {
+		t.Errorf("leases per (target, proxy) mismatch (-model +store):\n%s", diff)
 	}
 	store.mu.Unlock()
 }

@@ -97,7 +97,8 @@ type Request struct {
 	// Selector must be contained in the proxy's attributes (equality on every pair).
 	Selector map[string]string
 	TTL      time.Duration
-	// Target, when set, excludes proxies cooling down for it.
+	// Target, when set, excludes proxies cooling down for it and proxies another live lease
+	// holds for it.
 	Target string
 	// SessionKey, when set, asks for the proxy the same key got last, while it still fits.
 	SessionKey string
@@ -149,13 +150,15 @@ type Cooldown struct {
 
 // NoMatchError says why nothing could be leased, with counts over the proxies that match
 // the selector. Each such proxy is counted once, under the first reason that applies in the
-// order unhealthy, at capacity, cooling.
+// order unhealthy, at capacity, cooling, leased for the target.
 type NoMatchError struct {
 	Matching   int
 	Unhealthy  int
 	AtCapacity int
 	Cooling    int
-	Target     string
+	// LeasedForTarget are proxies another live lease holds for the same target.
+	LeasedForTarget int
+	Target          string
 }
 
 func (e *NoMatchError) Error() string { return e.Reason() }
@@ -176,6 +179,9 @@ func (e *NoMatchError) Reason() string {
 	}
 	if e.Cooling > 0 {
 		parts = append(parts, fmt.Sprintf("%d cooling down for %s", e.Cooling, e.Target))
+	}
+	if e.LeasedForTarget > 0 {
+		parts = append(parts, fmt.Sprintf("%d already leased for %s", e.LeasedForTarget, e.Target))
 	}
 	return fmt.Sprintf("none of the %d proxies matching the selector can be leased: %s", e.Matching, strings.Join(parts, ", "))
 }

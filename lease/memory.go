@@ -105,6 +105,8 @@ type Memory struct {
 	forget   coolHeap       // cooldowns by forget time
 	sessions map[string]*session
 	idle     idleHeap // sessions without live leases, by until
+	// byTarget counts live leases per (target, proxy): at most one, see check.
+	byTarget map[coolKey]int
 }
 
 var _ Store = (*Memory)(nil)
@@ -170,6 +172,7 @@ func NewMemory(cfg Config) *Memory {
 		cool:     map[coolKey]*cooldown{},
 		coolBy:   map[string]int{},
 		sessions: map[string]*session{},
+		byTarget: map[coolKey]int{},
 	}
 }
 
@@ -233,6 +236,8 @@ func (m *Memory) Acquire(_ context.Context, r Request) (Lease, error) {
 				nm.AtCapacity++
 			case cooling:
 				nm.Cooling++
+			case taken:
+				nm.LeasedForTarget++
 			}
 			return true
 		})
@@ -260,6 +265,7 @@ const (
 	unhealthy
 	full
 	cooling
+	taken // leased for the target by another holder
 )
 
 // check reads the proxy's live state: the fleet record and the prober's verdict now, not
@@ -276,8 +282,14 @@ func (m *Memory) check(e *entry, target string, now time.Time) (lifecycle.Health
 	case e.load >= int(p.MaxLeases):
 		return h, full
 	case target != "":
-		if c := m.cool[coolKey{target, p.Key}]; c != nil && now.Before(c.until) {
+		k := coolKey{target, p.Key}
+		if c := m.cool[k]; c != nil && now.Before(c.until) {
 			return h, cooling
+		}
+		// One holder per (proxy, target): two crawlers on one site through one address
+		// double that address's rate there, which is what rate limits and bans punish.
+		if m.byTarget[k] > 0 {
+			return h, taken
 		}
 	}
 	return h, fits
@@ -288,6 +300,9 @@ func (m *Memory) grant(e *entry, h lifecycle.Health, r Request, now time.Time) L
 	l := &held{id: newID(), proxy: e.p.Key, target: r.Target, session: r.SessionKey, ttl: r.TTL, expires: now.Add(r.TTL)}
 	m.leases[l.id] = l
 	heap.Push(&m.expiry, l)
+	if r.Target != "" {
+		m.byTarget[coolKey{r.Target, e.p.Key}]++
+	}
 	if r.SessionKey != "" && (m.sessions[r.SessionKey] != nil || len(m.sessions) < m.cfg.MaxSessions) {
 		s := m.sessions[r.SessionKey]
 		if s == nil || s.proxy != e.p.Key {
@@ -317,6 +332,14 @@ func (m *Memory) end(l *held, kind EventKind, now time.Time) {
 	}
 	if e := m.entries[l.proxy]; e != nil {
 		m.move(e, func() { e.load-- })
+	}
+	if l.target != "" {
+		k := coolKey{l.target, l.proxy}
+		if m.byTarget[k] <= 1 {
+			delete(m.byTarget, k)
+		} else {
+			m.byTarget[k]--
+		}
 	}
 	if l.session != "" {
 		if s := m.sessions[l.session]; s != nil && s.proxy == l.proxy {
@@ -421,12 +444,7 @@ func (m *Memory) Report(_ context.Context, id string, r Report) (Cooldown, error
 		m.coolBy[l.proxy]++
 	}
 	c.strikes++
-	d := base
-	for i := 1; i < c.strikes && d < m.cfg.MaxCooldown; i++ {
-		d *= 2
-	}
-	d = max(d, r.RetryAfter)
-	d = min(d, m.cfg.MaxCooldown)
+	d := cooldownFor(r, base, c.strikes, m.cfg.MaxCooldown)
 	// A report during a cooldown never shortens it.
 	if until := now.Add(d); until.After(c.until) {
 		c.until = until
@@ -442,6 +460,22 @@ func (m *Memory) Report(_ context.Context, id string, r Report) (Cooldown, error
 	m.emit(Event{Kind: EventCooled, At: now, LeaseID: l.id, Proxy: l.proxy, Target: r.Target, Until: c.until})
 	out.Until, out.Strikes = c.until, c.strikes
 	return out, nil
+}
+
+// cooldownFor is the cooldown policy. A rate_limited report that carries the target's
+// Retry-After cools for exactly that: the target said when the proxy may come back, and a
+// longer default (or doubling on repeats) would idle a proxy the target has already let back
+// in. Otherwise the result's default cooldown doubles with each strike still remembered, and
+// a longer Retry-After wins. Everything is capped at maxCooldown.
+func cooldownFor(r Report, base time.Duration, strikes int, maxCooldown time.Duration) time.Duration {
+	if r.Result == ResultRateLimited && r.RetryAfter > 0 {
+		return min(r.RetryAfter, maxCooldown)
+	}
+	d := base
+	for i := 1; i < strikes && d < maxCooldown; i++ {
+		d *= 2
+	}
+	return min(max(d, r.RetryAfter), maxCooldown)
 }
 
 // ActiveCount implements Store.

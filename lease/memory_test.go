@@ -290,7 +290,12 @@ func TestCooldownLength(t *testing.T) {
 		{"rate limited", []report{{ResultRateLimited, 0, 0}}, DefaultRateLimitedCooldown},
 		{"banned is longer", []report{{ResultBanned, 0, 0}}, DefaultBannedCooldown},
 		{"longer Retry-After wins", []report{{ResultRateLimited, 40 * time.Minute, 0}}, 40 * time.Minute},
-		{"shorter Retry-After loses", []report{{ResultRateLimited, time.Minute, 0}}, DefaultRateLimitedCooldown},
+		{"rate limited with a Retry-After cools for exactly that", []report{{ResultRateLimited, time.Minute, 0}}, time.Minute},
+		{"a Retry-After is not doubled on repeats", []report{{ResultRateLimited, 2 * time.Second, 0}, {ResultRateLimited, 2 * time.Second, 3 * time.Second}, {ResultRateLimited, 2 * time.Second, 3 * time.Second}},
+			2 * time.Second},
+		{"a Retry-After never shortens a running cooldown", []report{{ResultRateLimited, 0, 0}, {ResultRateLimited, time.Second, time.Minute}}, DefaultRateLimitedCooldown - time.Minute},
+		{"strikes from Retry-After reports grow a later default", []report{{ResultRateLimited, time.Second, 0}, {ResultRateLimited, 0, 1500 * time.Millisecond}}, 2 * DefaultRateLimitedCooldown},
+		{"banned: a shorter Retry-After loses", []report{{ResultBanned, time.Minute, 0}}, DefaultBannedCooldown},
 		{"Retry-After capped", []report{{ResultRateLimited, 30 * 24 * time.Hour, 0}}, DefaultMaxCooldown},
 		{"repeats double", []report{{ResultRateLimited, 0, 0}, {ResultRateLimited, 0, 20 * time.Minute}, {ResultRateLimited, 0, 40 * time.Minute}},
 			4 * DefaultRateLimitedCooldown},
@@ -562,4 +567,54 @@ func TestRunFollowsTheFleet(t *testing.T) {
 		e := f.store.entries["ns/c"]
 		return e != nil && e.inTree
 	})
+}
+
+// TestOneHolderPerProxyAndTarget: a proxy leased for a target is not leased for it again
+// until that lease ends, while leases for other targets or without one share it as before.
+func TestOneHolderPerProxyAndTarget(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, spec{name: "a", max: 4, latency: 1}, spec{name: "b", max: 4, latency: 2}, spec{name: "c", max: 4, unhealthy: true})
+	step := func(target, want string) Lease {
+		t.Helper()
+		l := f.mustAcquire(t, Request{Target: target})
+		if l.Proxy.Key != want {
+			t.Fatalf("lease for %q on %s, want %s", target, l.Proxy.Key, want)
+		}
+		return l
+	}
+	first := step("t.example", "ns/a")
+	step("u.example", "ns/b") // least loaded
+	step("t.example", "ns/b") // a holds t.example: b, though a is as loaded and faster
+	step("", "ns/a")          // no target: shared as before
+	step("u.example", "ns/a") // b holds u.example
+	_, err := f.acquire(t, Request{Target: "t.example"})
+	var nm *NoMatchError
+	if !errors.As(err, &nm) {
+		t.Fatalf("third lease for t.example: %v, want a NoMatchError", err)
+	}
+	want := NoMatchError{Matching: 3, Unhealthy: 1, LeasedForTarget: 2, Target: "t.example"}
+	if diff := cmp.Diff(want, *nm); diff != "" {
+		t.Fatalf("no match (-want +got):\n%s", diff)
+	}
+	if got := nm.Error(); got != "none of the 3 proxies matching the selector can be leased: 1 unhealthy, 2 already leased for t.example" {
+		t.Errorf("reason %q", got)
+	}
+	// The same session key does not get around it either.
+	if _, err := f.acquire(t, Request{Target: "t.example", SessionKey: "s"}); !errors.Is(err, ErrNoMatch) {
+		t.Fatalf("lease for t.example with a session key: %v, want ErrNoMatch", err)
+	}
+	// Ending the lease frees the target on its proxy.
+	if err := f.store.Release(ctx, first.ID); err != nil {
+		t.Fatal(err)
+	}
+	step("t.example", "ns/a")
+	// So does expiry.
+	f.clock.Advance(2 * time.Minute)
+	step("t.example", "ns/a")
+	f.store.mu.Lock()
+	n := len(f.store.byTarget)
+	f.store.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("%d (target, proxy) counts for one live lease with a target, want 1", n)
+	}
 }

@@ -30,8 +30,8 @@ func ServeForwardProxy(addr string) (stop func(), err error) {
 
 // ServeForwardProxyWith listens on addr and serves a minimal HTTP forward proxy there: CONNECT
 // tunnels and absolute-URI GETs, so probes and crawlers on a laptop go through a real proxy.
-// The returned stop closes the listener and every open connection, hijacked tunnels
-// included: a deleted instance relays nothing more.
+// It dials out from the address it listens on. The returned stop closes the listener and
+// every open connection, hijacked tunnels included: a deleted instance relays nothing more.
 func ServeForwardProxyWith(addr string, cfg ForwardConfig) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -39,6 +39,12 @@ func ServeForwardProxyWith(addr string, cfg ForwardConfig) (stop func(), err err
 	}
 	fp := &forwardProxy{cfg: cfg, tunnels: map[net.Conn]struct{}{}}
 	fp.dialer = &net.Dialer{Timeout: 10 * time.Second, ControlContext: fp.control}
+	// Dial out from the listening IP (port chosen by the kernel), so a site sees each proxy
+	// as its own client, as it would a fleet of machines; a wildcard listener dials from
+	// wherever the route says.
+	if a, ok := ln.Addr().(*net.TCPAddr); ok && !a.IP.IsUnspecified() {
+		fp.dialer.LocalAddr = &net.TCPAddr{IP: a.IP}
+	}
 	fp.transport = &http.Transport{
 		Proxy:                 nil,
 		DialContext:           fp.dialer.DialContext,

@@ -287,3 +287,44 @@ func TestServedForwardProxy(t *testing.T) {
 		t.Error("proxy still listening after Delete")
 	}
 }
+
+// TestForwardProxyDialsFromItsOwnAddress: a site sees each mock proxy as its own client, for
+// plain requests and CONNECT tunnels alike.
+func TestForwardProxyDialsFromItsOwnAddress(t *testing.T) {
+	seen := make(chan string, 4)
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host, _, _ := net.SplitHostPort(r.RemoteAddr)
+		seen <- host
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(target.Close)
+	tlsTarget := httptest.NewTLSServer(target.Config.Handler)
+	t.Cleanup(tlsTarget.Close)
+	for _, ip := range []string{"127.0.77.1", "127.0.77.2"} {
+		ln, err := net.Listen("tcp", ip+":0")
+		if err != nil {
+			t.Skipf("cannot listen on %s: %v", ip, err)
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		stop, err := mock.ServeForwardProxy(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(stop)
+		tr := tlsTarget.Client().Transport.(*http.Transport).Clone()
+		tr.Proxy = http.ProxyURL(&url.URL{Scheme: "http", Host: addr})
+		client := &http.Client{Timeout: 5 * time.Second, Transport: tr}
+		for _, u := range []string{target.URL, tlsTarget.URL} {
+			res, err := client.Get(u)
+			if err != nil {
+				t.Fatalf("GET %s through %s: %v", u, addr, err)
+			}
+			res.Body.Close()
+			if got := <-seen; got != ip {
+				t.Errorf("GET %s through the proxy on %s: the site saw %s", u, ip, got)
+			}
+		}
+		tr.CloseIdleConnections()
+	}
+}

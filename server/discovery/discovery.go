@@ -262,7 +262,7 @@ func (d *Discovery) serve(h httpx.HandlerFunc) http.HandlerFunc {
 			d.requests.WithLabelValues("no_match").Inc()
 			httpx.WriteJSON(w, http.StatusConflict, noMatchJSON{
 				Error: nm.Reason(), Matching: nm.Matching, Unhealthy: nm.Unhealthy,
-				AtCapacity: nm.AtCapacity, CoolingForTarget: nm.Cooling, Target: nm.Target,
+				AtCapacity: nm.AtCapacity, CoolingForTarget: nm.Cooling, LeasedForTarget: nm.LeasedForTarget, Target: nm.Target,
 			})
 			return nil
 		case errors.Is(err, lease.ErrNotFound):
@@ -321,6 +321,7 @@ type noMatchJSON struct {
 	Unhealthy        int    `json:"unhealthy"`
 	AtCapacity       int    `json:"atCapacity"`
 	CoolingForTarget int    `json:"coolingForTarget"`
+	LeasedForTarget  int    `json:"leasedForTarget"`
 	Target           string `json:"target,omitempty"`
 }
 

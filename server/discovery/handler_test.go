@@ -169,6 +169,7 @@ type discError struct {
 	Unhealthy        int    `json:"unhealthy"`
 	AtCapacity       int    `json:"atCapacity"`
 	CoolingForTarget int    `json:"coolingForTarget"`
+	LeasedForTarget  int    `json:"leasedForTarget"`
 }
 
 func TestDiscoveryAuth(t *testing.T) {
@@ -392,6 +393,32 @@ func TestDiscoverySticky(t *testing.T) {
 	f.health.set(first, lifecycle.HealthUnhealthy, 0)
 	if got := lease(`{"sessionKey": "user-42"}`); got == first {
 		t.Errorf("sticky session kept unhealthy %s", got)
+	}
+}
+
+// TestDiscoveryLeasedForTarget: a proxy leased for a target is not leased for it again until
+// that lease ends; the 409 counts it apart.
+func TestDiscoveryLeasedForTarget(t *testing.T) {
+	f := newDiscFixture(t, discOpts{token: discToken})
+	f.add("p1", nil, 4, lifecycle.HealthHealthy, 10)
+	body := `{"target":"shop.example"}`
+	l := decodeAs[discLease](t, f.do(t, "POST", "/v1/leases", discToken, body))
+	r := f.do(t, "POST", "/v1/leases", discToken, body)
+	want := discError{Error: "none of the 1 proxies matching the selector can be leased: 1 already leased for shop.example", Matching: 1, LeasedForTarget: 1}
+	if r.code != 409 {
+		t.Fatalf("second lease for the target: %d %s, want 409", r.code, r.body)
+	}
+	if diff := cmp.Diff(want, decodeAs[discError](t, r)); diff != "" {
+		t.Errorf("409 body mismatch (-want +got):\n%s", diff)
+	}
+	if r := f.do(t, "POST", "/v1/leases", discToken, `{"target":"other.example"}`); r.code != 200 {
+		t.Errorf("lease for another target: %d %s", r.code, r.body)
+	}
+	if r := f.do(t, "DELETE", "/v1/leases/"+l.LeaseID, discToken, ""); r.code != 204 {
+		t.Fatalf("release: %d", r.code)
+	}
+	if r := f.do(t, "POST", "/v1/leases", discToken, body); r.code != 200 {
+		t.Errorf("lease for the target after its release: %d %s", r.code, r.body)
 	}
 }
 

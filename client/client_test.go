@@ -1,0 +1,470 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/proxy-operator/proxy-operator/fleet"
+	"github.com/proxy-operator/proxy-operator/internal/clocktest"
+	"github.com/proxy-operator/proxy-operator/lease"
+	"github.com/proxy-operator/proxy-operator/lifecycle"
+	"github.com/proxy-operator/proxy-operator/server/discovery"
+)
+
+// health is the prober's verdict as the test sets it (the operator: health.Scheduler).
+type health struct {
+	mu sync.Mutex
+	m  map[string]lifecycle.Health
+}
+
+func (h *health) Health(key string) lifecycle.Health {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if v, ok := h.m[key]; ok {
+		return v
+	}
+	return lifecycle.Health{State: lifecycle.HealthUnknown}
+}
+
+func (h *health) set(key string, s lifecycle.HealthState, latency int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.m[key] = lifecycle.Health{State: s, LatencyMillis: latency}
+}
+
+// api is the real discovery server (server.Discovery over lease.Memory and a fleet view)
+// served over loopback HTTP, on a clock the test moves.
+type api struct {
+	url    string
+	clock  *clocktest.Clock
+	view   *fleet.View
+	health *health
+}
+
+func startAPI(t *testing.T, token string, warmup time.Duration) *api {
+	t.Helper()
+	clock := clocktest.New(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
+	view := fleet.New(clock.Now, warmup)
+	h := &health{m: map[string]lifecycle.Health{}}
+	store := lease.NewMemory(lease.Config{Fleet: view, Health: h, Now: clock.Now,
+		RateLimitedCooldown: time.Minute, BannedCooldown: time.Hour, MaxCooldown: 24 * time.Hour})
+	d := &discovery.Discovery{Fleet: view, Health: h, Leases: store, Token: token, Insecure: token == "", Now: clock.Now, Log: slog.New(slog.DiscardHandler)}
+	srv := httptest.NewServer(d.Handler())
+	t.Cleanup(srv.Close)
+	return &api{url: srv.URL, clock: clock, view: view, health: h}
+}
+
+func (a *api) addProxy(name, ip, geo string, state lifecycle.HealthState, latency int64) {
+	key := "crawl/" + name
+	a.view.Upsert(fleet.Proxy{Key: key, UID: "uid-" + name, IP: ip, Port: 3128, Attributes: map[string]string{"geo": geo},
+		MaxLeases: 2, Phase: "Ready"})
+	a.health.set(key, state, latency)
+}
+
+// newClient returns a client whose waits move the API's clock instead of sleeping, and
+// records them.
+func newClient(t *testing.T, a *api, opts ...Option) (*Client, *[]time.Duration) {
+	t.Helper()
+	c, err := New(a.url, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var waits []time.Duration
+	c.sleep = func(ctx context.Context, d time.Duration) error {
+		waits = append(waits, d)
+		a.clock.Advance(d)
+		return ctx.Err()
+	}
+	return c, &waits
+}
+
+func TestListLeaseRenewReportRelease(t *testing.T) {
+	a := startAPI(t, "s3cret", 0)
+	a.addProxy("eu-1", "127.0.0.11", "eu", lifecycle.HealthHealthy, 5)
+	a.addProxy("eu-2", "127.0.0.12", "eu", lifecycle.HealthUnhealthy, 5)
+	a.addProxy("us-1", "127.0.0.13", "us", lifecycle.HealthHealthy, 5)
+	c, _ := newClient(t, a, WithToken("s3cret"))
+	ctx := context.Background()
+
+	yes := true
+	l, err := c.List(ctx, ListOptions{Selector: map[string]string{"geo": "eu"}, Healthy: &yes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, p := range l.Proxies {
+		ids = append(ids, p.ID)
+	}
+	if diff := cmp.Diff([]string{"crawl/eu-1"}, ids); diff != "" || !l.Complete || l.Count != 1 {
+		t.Fatalf("list (-want +got):\n%s complete=%v count=%d", diff, l.Complete, l.Count)
+	}
+
+	got, err := c.Lease(ctx, LeaseRequest{Selector: map[string]string{"geo": "eu"}, TTL: 90 * time.Second, Target: "Shop.Example", SessionKey: "s1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Proxy.ID != "crawl/eu-1" || got.TTL() != 90*time.Second || got.Target != "shop.example" || got.SessionKey != "s1" ||
+		!got.ExpiresAt.Equal(a.clock.Now().Add(90*time.Second)) || got.Proxy.ActiveLeases != 1 {
+		t.Fatalf("lease = %+v", got)
+	}
+	u, err := got.URL()
+	if err != nil || u.String() != "http://127.0.0.11:3128" {
+		t.Fatalf("URL = %v, %v", u, err)
+	}
+
+	a.clock.Advance(30 * time.Second)
+	renewed, err := c.Renew(ctx, got.ID, 2*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !renewed.ExpiresAt.Equal(a.clock.Now().Add(2 * time.Minute)) {
+		t.Fatalf("renewed expiry %v, want %v", renewed.ExpiresAt, a.clock.Now().Add(2*time.Minute))
+	}
+
+	// The site's Retry-After (rounded up to whole seconds) is the cooldown.
+	cd, err := c.Report(ctx, got.ID, Report{Result: ResultRateLimited, Target: "shop.example", RetryAfter: 1500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cd.ProxyID != "crawl/eu-1" || cd.Strikes != 1 || cd.Until == nil || !cd.Until.Equal(a.clock.Now().Add(2*time.Second)) {
+		t.Fatalf("report = %+v", cd)
+	}
+	ok, err := c.Report(ctx, got.ID, Report{Result: ResultOK, Target: "shop.example"})
+	if err != nil || ok.Until != nil {
+		t.Fatalf("ok report = %+v, %v", ok, err)
+	}
+
+	if err := c.Release(ctx, got.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Release(ctx, got.ID); err != nil {
+		t.Fatalf("second release: %v", err)
+	}
+	_, err = c.Renew(ctx, got.ID, 0)
+	var api *APIError
+	if !errors.Is(err, ErrNotFound) || !errors.As(err, &api) || api.StatusCode != http.StatusNotFound {
+		t.Fatalf("renew after release: %v, want ErrNotFound", err)
+	}
+	if _, err := c.Report(ctx, got.ID, Report{Result: ResultBanned, Target: "shop.example"}); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("report after release: %v, want ErrNotFound", err)
+	}
+}
+
+func TestNoMatchCountsAfterRetries(t *testing.T) {
+	a := startAPI(t, "", 0)
+	a.addProxy("eu-1", "127.0.0.11", "eu", lifecycle.HealthHealthy, 5)
+	a.addProxy("eu-2", "127.0.0.12", "eu", lifecycle.HealthUnhealthy, 5)
+	a.addProxy("eu-3", "127.0.0.13", "eu", lifecycle.HealthHealthy, 50)
+	a.view.Upsert(fleet.Proxy{Key: "crawl/eu-4", UID: "uid-eu-4", IP: "127.0.0.14", Port: 3128, Attributes: map[string]string{"geo": "eu"}, MaxLeases: 4, Phase: "Ready"})
+	a.health.set("crawl/eu-4", lifecycle.HealthHealthy, 60)
+	c, waits := newClient(t, a, WithRetry(1, time.Second))
+	ctx := context.Background()
+	sel := map[string]string{"geo": "eu"}
+	// Fewest leases first, then lowest latency: eu-1, eu-3, eu-4, eu-1. Then eu-1 is full,
+	// eu-3 is reported banned for shop.example and eu-4 is leased for it.
+	var grants []string
+	var l3 *Lease
+	for range 4 {
+		l, err := c.Lease(ctx, LeaseRequest{Selector: sel})
+		if err != nil {
+			t.Fatal(err)
+		}
+		grants = append(grants, l.Proxy.ID)
+		if l.Proxy.ID == "crawl/eu-3" {
+			l3 = l
+		}
+	}
+	if diff := cmp.Diff([]string{"crawl/eu-1", "crawl/eu-3", "crawl/eu-4", "crawl/eu-1"}, grants); diff != "" {
+		t.Fatalf("grants (-want +got):\n%s", diff)
+	}
+	if _, err := c.Report(ctx, l3.ID, Report{Result: ResultBanned, Target: "shop.example"}); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := c.Lease(ctx, LeaseRequest{Selector: sel, Target: "shop.example"}); err != nil || l.Proxy.ID != "crawl/eu-4" {
+		t.Fatalf("lease for shop.example: %+v, %v; want crawl/eu-4", l, err)
+	}
+
+	retrying, rwaits := newClient(t, a, WithRetry(3, time.Second))
+	_, err := retrying.Lease(ctx, LeaseRequest{Selector: sel, Target: "shop.example"})
+	var nm *NoMatchError
+	if !errors.As(err, &nm) || !errors.Is(err, ErrNoMatch) {
+		t.Fatalf("lease: %v, want *NoMatchError", err)
+	}
+	want := NoMatchError{Matching: 4, Unhealthy: 1, AtCapacity: 1, CoolingForTarget: 1, LeasedForTarget: 1, Target: "shop.example"}
+	if diff := cmp.Diff(want, *nm, cmp.FilterPath(func(p cmp.Path) bool { return p.String() == "APIError" }, cmp.Ignore())); diff != "" {
+		t.Fatalf("no-match counts (-want +got):\n%s", diff)
+	}
+	if nm.StatusCode != http.StatusConflict || nm.Message == "" {
+		t.Fatalf("no-match error %+v", nm.APIError)
+	}
+	if len(*rwaits) != 2 || len(*waits) != 0 {
+		t.Fatalf("waits: retrying client %v (want 2), one-attempt client %v (want none)", *rwaits, *waits)
+	}
+	for i, w := range *rwaits {
+		if w <= 0 || w > time.Second {
+			t.Fatalf("wait %d = %v, want in (0, 1s]", i, w)
+		}
+	}
+	// A different target is not cooling: eu-3 is leased.
+	if l, err := retrying.Lease(ctx, LeaseRequest{Selector: sel, Target: "else.example"}); err != nil || l.Proxy.ID != "crawl/eu-3" {
+		t.Fatalf("lease for another target: %+v, %v", l, err)
+	}
+}
+
+func TestRetryAfterOn503(t *testing.T) {
+	a := startAPI(t, "", 5*time.Second) // the fleet view warms up: leasing answers 503 + Retry-After
+	a.addProxy("eu-1", "127.0.0.11", "eu", lifecycle.HealthHealthy, 5)
+	ctx := context.Background()
+
+	short, swaits := newClient(t, a, WithRetry(4, 2*time.Second))
+	_, err := short.Lease(ctx, LeaseRequest{})
+	var api *APIError
+	if !errors.Is(err, ErrUnavailable) || !errors.As(err, &api) || api.RetryAfter != 5*time.Second {
+		t.Fatalf("lease with max wait 2s: %v, want 503 with Retry-After 5s returned unwaited", err)
+	}
+	if len(*swaits) != 0 {
+		t.Fatalf("waited %v for a Retry-After beyond the bound", *swaits)
+	}
+
+	c, waits := newClient(t, a, WithRetry(4, 10*time.Second))
+	l, err := c.Lease(ctx, LeaseRequest{})
+	if err != nil {
+		t.Fatalf("lease: %v", err)
+	}
+	if diff := cmp.Diff([]time.Duration{5 * time.Second}, *waits); diff != "" || l.Proxy.ID != "crawl/eu-1" {
+		t.Fatalf("waits (-want +got):\n%s lease %+v", diff, l)
+	}
+}
+
+func TestUnauthorized(t *testing.T) {
+	a := startAPI(t, "right", 0)
+	for _, tok := range []string{"", "wrong"} {
+		c, _ := newClient(t, a, WithToken(tok))
+		_, err := c.List(context.Background(), ListOptions{})
+		var api *APIError
+		if !errors.Is(err, ErrUnauthorized) || !errors.As(err, &api) || api.StatusCode != http.StatusUnauthorized {
+			t.Errorf("token %q: %v, want 401", tok, err)
+		}
+	}
+}
+
+func TestInvalidRequest(t *testing.T) {
+	a := startAPI(t, "", 0)
+	c, _ := newClient(t, a)
+	_, err := c.Lease(context.Background(), LeaseRequest{Target: "http://shop.example/x"})
+	if !errors.Is(err, ErrInvalid) {
+		t.Fatalf("lease with a URL as target: %v, want ErrInvalid", err)
+	}
+}
+
+func TestNewRejectsBadBaseURL(t *testing.T) {
+	for _, u := range []string{"", "localhost:8090", "ftp://x", "http://"} {
+		if _, err := New(u); err == nil {
+			t.Errorf("New(%q) accepted", u)
+		}
+	}
+}
+
+func TestLeaseURLAndTransport(t *testing.T) {
+	tests := []struct {
+		name string
+		l    Lease
+		want string
+	}{
+		{"plain", Lease{Proxy: Proxy{IP: "127.1.2.3", Port: 3128}}, "http://127.1.2.3:3128"},
+		{"parts", Lease{Proxy: Proxy{IP: "127.1.2.3", Port: 3128}, Username: "u", Password: "p@ss"}, "http://u:p%40ss@127.1.2.3:3128"},
+		{"proxyURL wins", Lease{Proxy: Proxy{IP: "127.1.2.3", Port: 3128}, ProxyURL: "http://a:b@127.9.9.9:8080", Username: "u"}, "http://a:b@127.9.9.9:8080"},
+		{"ipv6", Lease{Proxy: Proxy{IP: "::1", Port: 3128}}, "http://[::1]:3128"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tr, err := tt.l.Transport()
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := httptest.NewRequest(http.MethodGet, "http://site.example/", nil)
+			got, err := tr.Proxy(req)
+			if err != nil || got.String() != tt.want {
+				t.Fatalf("proxy = %v, %v; want %s", got, err, tt.want)
+			}
+		})
+	}
+	if _, err := (Lease{ID: "x", ProxyURL: "http://u:secret@[::1"}).URL(); err == nil || strings.Contains(err.Error(), "secret") {
+		t.Fatalf("bad proxyURL: %v (must fail without echoing credentials)", err)
+	}
+	if _, err := (Lease{ID: "x"}).URL(); err == nil {
+		t.Fatal("lease without an address gave a URL")
+	}
+}
+
+// TestTransportThroughProxy sends a real request through a lease's transport to a loopback
+// forward proxy and checks the credentials reach it as Proxy-Authorization.
+func TestTransportThroughProxy(t *testing.T) {
+	var gotAuth, gotURL string
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		gotAuth, gotURL = r.Header.Get("Proxy-Authorization"), r.URL.String()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer proxy.Close()
+	pu, _ := url.Parse(proxy.URL)
+	l := Lease{ID: "x", ProxyURL: "http://crawler:pw@" + pu.Host}
+	tr, err := l.Transport()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.CloseIdleConnections()
+	res, err := (&http.Client{Transport: tr}).Get("http://site.example/page")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusNoContent || gotURL != "http://site.example/page" || gotAuth != "Basic Y3Jhd2xlcjpwdw==" {
+		t.Fatalf("status %d, proxy saw %q with auth %q", res.StatusCode, gotURL, gotAuth)
+	}
+}
+
+func TestKeepAliveRenewsUntilReleased(t *testing.T) {
+	a := startAPI(t, "", 0)
+	a.addProxy("eu-1", "127.0.0.11", "eu", lifecycle.HealthHealthy, 5)
+	c, err := New(a.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	l, err := c.Lease(ctx, LeaseRequest{TTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := c.KeepAlive(ctx, *l)
+	// Move the server's clock by half a TTL at a time, each time once a renewal has caught up
+	// with it: after 4 moves the lease has outlived its TTL twice over, only by renewals.
+	for range 4 {
+		a.clock.Advance(500 * time.Millisecond)
+		want := a.clock.Now().Add(time.Second)
+		waitFor(t, func() bool { return !k.Lease().ExpiresAt.Before(want) })
+	}
+	if _, err := c.Renew(ctx, l.ID, 0); err != nil {
+		t.Fatalf("lease lost while kept alive: %v", err)
+	}
+	if err := k.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Renew(ctx, l.ID, 0); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("renew after KeepAlive.Release: %v, want ErrNotFound", err)
+	}
+	if k.Err() != nil {
+		t.Fatalf("Err after Release = %v, want nil", k.Err())
+	}
+	if err := k.Release(ctx); err != nil {
+		t.Fatalf("second Release: %v", err)
+	}
+}
+
+func TestKeepAliveStopsWhenLeaseLost(t *testing.T) {
+	a := startAPI(t, "", 0)
+	a.addProxy("eu-1", "127.0.0.11", "eu", lifecycle.HealthHealthy, 5)
+	c, err := New(a.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	l, err := c.Lease(ctx, LeaseRequest{TTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := c.KeepAlive(ctx, *l)
+	defer k.Release(ctx)
+	a.view.Remove("crawl/eu-1") // the proxy leaves the fleet: its leases are dropped
+	<-k.Done()
+	if !errors.Is(k.Err(), ErrNotFound) {
+		t.Fatalf("Err = %v, want ErrNotFound", k.Err())
+	}
+}
+
+func TestParseRetryAfter(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	tests := map[string]time.Duration{
+		"": 0, "0": 0, "-3": 0, "junk": 0, " 7 ": 7 * time.Second,
+		"99999999999":                   7 * 24 * time.Hour,
+		"Tue, 01 Dec 2026 12:00:30 GMT": 30 * time.Second,
+		"Tue, 01 Dec 2026 11:00:00 GMT": 0,
+	}
+	for in, want := range tests {
+		if got := ParseRetryAfter(in, now); got != want {
+			t.Errorf("ParseRetryAfter(%q) = %v, want %v", in, got, want)
+		}
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 30 s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestTransportErrorsRetriedOnlyWhenIdempotent: a connection cut before the answer is retried
+// for a list, never for a lease (it may have been granted) or a report (a second strike).
+func TestTransportErrorsRetriedOnlyWhenIdempotent(t *testing.T) {
+	a := startAPI(t, "", 0)
+	a.addProxy("eu-1", "127.0.0.11", "eu", lifecycle.HealthHealthy, 5)
+	d := &discovery.Discovery{Fleet: a.view, Health: a.health, Leases: lease.NewMemory(lease.Config{Fleet: a.view, Health: a.health, Now: a.clock.Now}),
+		Insecure: true, Now: a.clock.Now, Log: slog.New(slog.DiscardHandler)}
+	h := d.Handler()
+	var mu sync.Mutex
+	cut := map[string]bool{} // paths whose next request is cut
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		c := cut[r.URL.Path]
+		cut[r.URL.Path] = false
+		mu.Unlock()
+		if c {
+			h.ServeHTTP(httptest.NewRecorder(), r) // the server acts, the answer is lost
+			conn, _, err := w.(http.Hijacker).Hijack()
+			if err == nil {
+				conn.Close()
+			}
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	a.url = srv.URL
+	c, waits := newClient(t, a)
+	ctx := context.Background()
+	arm := func(path string) { mu.Lock(); cut[path] = true; mu.Unlock() }
+
+	arm("/v1/proxies")
+	if l, err := c.List(ctx, ListOptions{}); err != nil || l.Count != 1 || len(*waits) != 1 {
+		t.Fatalf("list after a cut connection: %+v, %v, waits %v; want it retried once", l, err, *waits)
+	}
+	arm("/v1/leases")
+	if _, err := c.Lease(ctx, LeaseRequest{}); err == nil || len(*waits) != 1 {
+		t.Fatalf("lease after a cut connection: %v, waits %v; want the error, not a retry", err, *waits)
+	}
+	l, err := c.Lease(ctx, LeaseRequest{})
+	if err != nil || l.Proxy.ActiveLeases != 2 {
+		t.Fatalf("next lease: %+v, %v; want the proxy's second lease (the cut one was granted)", l, err)
+	}
+	arm("/v1/leases/" + l.ID + "/report")
+	if _, err := c.Report(ctx, l.ID, Report{Result: ResultBanned, Target: "x.example"}); err == nil || len(*waits) != 1 {
+		t.Fatalf("report after a cut connection: %v, waits %v; want the error, not a retry", err, *waits)
+	}
+	if cd, err := c.Report(ctx, l.ID, Report{Result: ResultBanned, Target: "x.example"}); err != nil || cd.Strikes != 2 {
+		t.Fatalf("second report: %+v, %v; want strike 2 (the cut one counted once)", cd, err)
+	}
+}
