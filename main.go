@@ -17,6 +17,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/proxy-operator/proxy-operator/healthmark"
+	"github.com/proxy-operator/proxy-operator/kube"
 	"github.com/proxy-operator/proxy-operator/netpolicy"
 	"github.com/proxy-operator/proxy-operator/operator"
 	"github.com/proxy-operator/proxy-operator/replay"
@@ -81,6 +83,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&c.GCMinAge, "gc-min-age", d.GCMinAge, "never delete an instance younger than this")
 	fs.IntVar(&c.GCMaxDeletions, "gc-max-deletions", d.GCMaxDeletions, "a sweep finding more orphans than this deletes none (-1: no limit)")
 	fs.BoolVar(&c.GCDryRun, "gc-dry-run", false, "log the orphans GC would delete, delete none")
+	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig of the API server to use outside a cluster (default: KUBECONFIG, then the in-cluster service account; none: run without a Kubernetes client)")
+	fs.Float64Var(&c.KubeQPS, "kube-api-qps", kube.DefaultQPS, "requests per second the operator's Kubernetes client may make (GC lists, health annotations, events)")
+	fs.IntVar(&c.KubeBurst, "kube-api-burst", kube.DefaultBurst, "burst of the operator's Kubernetes client")
+	fs.Float64Var(&c.HealthMarkQPS, "health-mark-qps", healthmark.DefaultQPS, "health annotation patches per second (each makes Metacontroller sync that Proxy at once)")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}

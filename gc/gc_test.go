@@ -4,12 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -18,6 +17,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 
 	"github.com/proxy-operator/proxy-operator/fleet"
 	"github.com/proxy-operator/proxy-operator/gc"
@@ -122,10 +123,11 @@ func (a *apiServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Metadata map[string]string `json:"metadata"`
 	}
 	l := struct {
-		Kind     string            `json:"kind"`
-		Metadata map[string]string `json:"metadata"`
-		Items    []item            `json:"items"`
-	}{Kind: "ProxyList", Metadata: map[string]string{}, Items: []item{}}
+		Kind       string            `json:"kind"`
+		APIVersion string            `json:"apiVersion"`
+		Metadata   map[string]string `json:"metadata"`
+		Items      []item            `json:"items"`
+	}{Kind: "ProxyList", APIVersion: "crawl.example.com/v1alpha1", Metadata: map[string]string{}, Items: []item{}}
 	to := min(from+2, len(a.uids))
 	for _, u := range a.uids[from:to] {
 		l.Items = append(l.Items, item{Metadata: map[string]string{"namespace": "crawl", "name": "p-" + u, "uid": u}})
@@ -133,6 +135,7 @@ func (a *apiServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if to < len(a.uids) {
 		l.Metadata["continue"] = strings.Repeat("x", to)
 	}
+	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(l)
 }
 
@@ -142,15 +145,23 @@ func (a *apiServer) set(fail bool, uids ...string) {
 	a.fail, a.uids = fail, uids
 }
 
-func newAPISource(t *testing.T, a *apiServer) *gc.APISource {
+func newAPISource(t *testing.T, a http.Handler) *gc.APISource {
 	t.Helper()
-	srv := httptest.NewTLSServer(a)
+	return &gc.APISource{Client: fakeAPIClient(t, a, "sa-token"), PageSize: 2}
+}
+
+// fakeAPIClient is client-go's dynamic client talking TLS to h with a bearer token.
+func fakeAPIClient(t *testing.T, h http.Handler, token string) dynamic.Interface {
+	t.Helper()
+	srv := httptest.NewTLSServer(h)
 	t.Cleanup(srv.Close)
-	tok := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(tok, []byte("sa-token\n"), 0o600); err != nil {
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	c, err := dynamic.NewForConfig(&rest.Config{Host: srv.URL, BearerToken: token, Timeout: 10 * time.Second,
+		TLSClientConfig: rest.TLSClientConfig{CAData: ca}})
+	if err != nil {
 		t.Fatal(err)
 	}
-	return &gc.APISource{BaseURL: srv.URL, TokenFile: tok, Client: srv.Client(), PageSize: 2}
+	return c
 }
 
 // TestRestartNeverDeletesLiveInstances restarts the operator over a provider that still holds

@@ -2,16 +2,14 @@ package gc_test
 
 import (
 	"context"
-	"errors"
 	"net/http"
-	"net/http/httptest"
-	"os"
-	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/proxy-operator/proxy-operator/fleet"
 	"github.com/proxy-operator/proxy-operator/gc"
@@ -34,46 +32,40 @@ func TestAPISourcePages(t *testing.T) {
 
 // TestAPISourceRefuses: every answer short of a whole, well-formed list is an error.
 func TestAPISourceRefuses(t *testing.T) {
-	const page1 = `{"kind":"ProxyList","metadata":{"continue":"c1"},"items":[{"metadata":{"name":"a","uid":"u1"}}]}`
+	const page1 = `{"kind":"ProxyList","apiVersion":"crawl.example.com/v1alpha1","metadata":{"continue":"c1"},"items":[{"metadata":{"name":"a","uid":"u1"}}]}`
+	status := func(code int, reason string) string {
+		return `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"` + reason + `","code":` + strconv.Itoa(code) + `}`
+	}
 	for _, tc := range []struct {
 		name    string
 		serve   func(w http.ResponseWriter, r *http.Request)
 		wantErr string
 	}{
 		{"server error", func(w http.ResponseWriter, r *http.Request) {
-			http.Error(w, `{"kind":"Status"}`, http.StatusInternalServerError)
-		}, "status 500"},
+			writeJSON(w, http.StatusInternalServerError, status(500, "InternalError"))
+		}, "page 1"},
 		{"forbidden", func(w http.ResponseWriter, r *http.Request) {
-			http.Error(w, `{"kind":"Status","reason":"Forbidden"}`, http.StatusForbidden)
-		}, "status 403"},
+			writeJSON(w, http.StatusForbidden, status(403, "Forbidden"))
+		}, "page 1"},
 		{"expired continue token on page 2", func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Query().Get("continue") == "" {
-				_, _ = w.Write([]byte(page1))
+				writeJSON(w, http.StatusOK, page1)
 				return
 			}
-			http.Error(w, `{"kind":"Status","reason":"Expired"}`, http.StatusGone)
-		}, "page 2: status 410"},
+			writeJSON(w, http.StatusGone, status(410, "Expired"))
+		}, "page 2"},
 		{"not a ProxyList", func(w http.ResponseWriter, r *http.Request) {
-			_, _ = w.Write([]byte(`{"kind":"Status","items":[]}`))
-		}, `kind "Status"`},
+			writeJSON(w, http.StatusOK, `{"kind":"PodList","apiVersion":"v1","items":[]}`)
+		}, `kind "PodList"`},
 		{"item without uid", func(w http.ResponseWriter, r *http.Request) {
-			_, _ = w.Write([]byte(`{"kind":"ProxyList","items":[{"metadata":{"namespace":"crawl","name":"a"}}]}`))
+			writeJSON(w, http.StatusOK, `{"kind":"ProxyList","apiVersion":"crawl.example.com/v1alpha1","items":[{"metadata":{"namespace":"crawl","name":"a"}}]}`)
 		}, "crawl/a has no uid"},
 		{"truncated body", func(w http.ResponseWriter, r *http.Request) {
-			_, _ = w.Write([]byte(`{"kind":"ProxyList","items":[`))
-		}, "decode"},
-		{"oversized page", func(w http.ResponseWriter, r *http.Request) {
-			_, _ = w.Write([]byte(`{"kind":"ProxyList","items":[]}` + strings.Repeat(" ", 2048)))
-		}, "larger than 1024 bytes"},
+			writeJSON(w, http.StatusOK, `{"kind":"ProxyList","items":[`)
+		}, "page 1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := httptest.NewTLSServer(http.HandlerFunc(tc.serve))
-			defer srv.Close()
-			tok := filepath.Join(t.TempDir(), "token")
-			if err := os.WriteFile(tok, []byte("t"), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			src := &gc.APISource{BaseURL: srv.URL, TokenFile: tok, Client: srv.Client(), MaxPageBytes: 1024}
+			src := &gc.APISource{Client: fakeAPIClient(t, http.HandlerFunc(tc.serve), "t")}
 			got, err := src.LiveUIDs(context.Background())
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Errorf("LiveUIDs = %v, %v; want an error containing %q", got, err, tc.wantErr)
@@ -85,54 +77,23 @@ func TestAPISourceRefuses(t *testing.T) {
 	}
 }
 
-func TestAPISourceNeedsToken(t *testing.T) {
+func TestAPISourceWrongToken(t *testing.T) {
 	a := &apiServer{}
 	a.set(false, "u1")
-	src := newAPISource(t, a)
-	src.TokenFile = filepath.Join(t.TempDir(), "missing")
-	if _, err := src.LiveUIDs(context.Background()); err == nil {
-		t.Error("LiveUIDs without a token file succeeded")
-	}
-	if err := os.WriteFile(src.TokenFile, []byte("wrong"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := src.LiveUIDs(context.Background()); err == nil || !strings.Contains(err.Error(), "401") {
-		t.Errorf("LiveUIDs with a wrong token: %v, want status 401", err)
-	}
-	// A rotated token is picked up without a restart.
-	if err := os.WriteFile(src.TokenFile, []byte("sa-token"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := src.LiveUIDs(context.Background()); err != nil {
-		t.Errorf("LiveUIDs after the token rotated: %v", err)
+	src := &gc.APISource{Client: fakeAPIClient(t, a, "wrong")}
+	if _, err := src.LiveUIDs(context.Background()); !apierrors.IsUnauthorized(err) {
+		t.Errorf("LiveUIDs with a wrong token: %v, want Unauthorized", err)
 	}
 }
 
-func TestInClusterOutsideACluster(t *testing.T) {
-	t.Setenv("KUBERNETES_SERVICE_HOST", "")
-	if _, err := gc.InCluster(); !errors.Is(err, gc.ErrNotInCluster) {
-		t.Errorf("InCluster outside a cluster: %v, want ErrNotInCluster", err)
+func TestSources(t *testing.T) {
+	view := fleet.New(time.Now, 0)
+	if s := gc.Sources(view, nil); len(s) != 1 || s[0].Name() != "fleet" {
+		t.Errorf("Sources without a client = %v, want the fleet view", s)
 	}
-	srcs, err := gc.DefaultSources(fleet.New(time.Now, 0))
-	if err != nil || len(srcs) != 1 || srcs[0].Name() != "fleet" {
-		t.Errorf("DefaultSources outside a cluster = %v, %v; want the fleet view", srcs, err)
-	}
-}
-
-// TestInClusterWithoutServiceAccount: the environment says cluster but the CA cannot be read
-// (here: this test machine has none): an error, not a quiet fallback to the fleet view.
-func TestInClusterWithoutServiceAccount(t *testing.T) {
-	if _, err := os.Stat(gc.ServiceAccountCAFile); err == nil {
-		t.Skip("this machine has a service account CA")
-	}
-	t.Setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
-	t.Setenv("KUBERNETES_SERVICE_PORT", "6443")
-	_, err := gc.InCluster()
-	if err == nil || errors.Is(err, gc.ErrNotInCluster) {
-		t.Errorf("InCluster without a CA: %v, want an error other than ErrNotInCluster", err)
-	}
-	if srcs, err := gc.DefaultSources(nil); err == nil {
-		t.Errorf("DefaultSources without a CA = %v, want an error", srcs)
+	a := &apiServer{}
+	if s := gc.Sources(view, fakeAPIClient(t, a, "t")); len(s) != 1 || s[0].Name() != "api" {
+		t.Errorf("Sources with a client = %v, want the API server", s)
 	}
 }
 
@@ -155,4 +116,10 @@ func TestFleetSource(t *testing.T) {
 	if diff := cmp.Diff(map[string]bool{uidA: true}, got); diff != "" {
 		t.Errorf("live UIDs (-want +got):\n%s", diff)
 	}
+}
+
+func writeJSON(w http.ResponseWriter, code int, body string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_, _ = w.Write([]byte(body))
 }

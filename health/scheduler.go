@@ -41,6 +41,9 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Log receives health transitions (nil: discarded).
 	Log *slog.Logger
+	// OnTransition, when set, is told of every verdict transition after it is published, on
+	// the scheduling loop: it must not block (healthmark.Marker.Notify does not).
+	OnTransition func(key string, h lifecycle.Health)
 }
 
 // Scheduler probes the fleet on one scheduling loop and a bounded pool of workers, and keeps
@@ -56,7 +59,8 @@ type Scheduler struct {
 	// unit is the length of one "second" of the health check spec; tests shrink it.
 	unit time.Duration
 	// jitter picks the first probe's offset within an interval.
-	jitter func(time.Duration) time.Duration
+	jitter       func(time.Duration) time.Duration
+	onTransition func(key string, h lifecycle.Health)
 	// onResult, when set, sees every probe result (tests and the benchmark).
 	onResult func(key string, due, start time.Time, r Result)
 
@@ -75,6 +79,7 @@ func New(c Config) (*Scheduler, error) {
 	s := &Scheduler{
 		view: c.View, prober: c.Prober, workers: c.Workers, now: c.Now, log: c.Log,
 		unit: time.Second, jitter: rand.N[time.Duration], published: map[string]lifecycle.Health{},
+		onTransition: c.OnTransition,
 	}
 	if s.workers == 0 {
 		s.workers = DefaultWorkers
@@ -314,6 +319,9 @@ func (l *loop) finish(d done) {
 	}
 	if changed || prev.LatencyMillis != e.verdict.health.LatencyMillis {
 		s.publish(e.key, e.verdict.health)
+	}
+	if changed && s.onTransition != nil {
+		s.onTransition(e.key, e.verdict.health)
 	}
 	now := s.now()
 	e.due = d.due.Add(e.interval)

@@ -276,3 +276,40 @@ func TestSchedulerNewAddressStartsAfresh(t *testing.T) {
 		t.Errorf("reason: got %q, want %q", h.Reason, KindTimeout)
 	}
 }
+
+// TestOnTransition: every published verdict transition, and only those, reaches OnTransition.
+func TestOnTransition(t *testing.T) {
+	target := newTLSTarget(t)
+	proxy := newStubProxy(t)
+	view := fleet.New(time.Now, 0)
+	view.Upsert(proxyAt(t, "ns/up", proxy.addr(), target.url(), 1, 1, 1, 1))
+	var mu sync.Mutex
+	var seen []lifecycle.HealthState
+	s := startScheduler(t, view, NewHTTPProber(trusting(target)), nil, func(s *Scheduler) {
+		s.onTransition = func(key string, h lifecycle.Health) {
+			mu.Lock()
+			defer mu.Unlock()
+			if key == "ns/up" {
+				seen = append(seen, h.State)
+			}
+		}
+	})
+	waitHealth(t, s, "ns/up", lifecycle.HealthHealthy)
+	target.srv.Close()
+	waitHealth(t, s, "ns/up", lifecycle.HealthUnhealthy)
+	// The callback follows the publication: wait for it rather than race it.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Millisecond) {
+		mu.Lock()
+		n := len(seen)
+		mu.Unlock()
+		if n >= 2 || time.Now().After(deadline) {
+			break
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// Probes keep running between the transitions (1 s interval); only the two flips count.
+	if diff := cmp.Diff([]lifecycle.HealthState{lifecycle.HealthHealthy, lifecycle.HealthUnhealthy}, seen); diff != "" {
+		t.Errorf("transitions (-want +got):\n%s", diff)
+	}
+}

@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -156,12 +157,31 @@ func (d *decider) syncManaged() {
 		d.provisioned(metav1.ConditionFalse, ReasonCreating, "instance "+inst.ID+" is starting")
 		d.healthCondition(false)
 		d.out.ResyncAfter = ProvisionPoll
+	case d.awaitingFirstVerdict(inst, instHash):
+		// The previous answer stands (no status write) until the prober's first verdict.
+		d.st = d.prev
+		d.st.Conditions = slices.Clone(d.prev.Conditions)
+		d.st.ObservedGeneration = d.gen
+		d.out.ProbeIP = inst.IP
+		d.out.ResyncAfter = ProvisionPoll
 	default:
 		d.st.SpecHash = instHash
 		d.st.FailureCount = 0
 		d.observeRunning(inst, v1.PhaseProvisioning)
 		d.out.ResyncAfter = d.healthResync()
 	}
+}
+
+// awaitingFirstVerdict: the instance this status reports as starting now runs, and the
+// prober has no verdict on it yet. Writing "Provisioning, running at IP, awaiting probe" now
+// and Ready one probe later costs Metacontroller a status write (about 3 API calls) per
+// proxy that the user gains little from: the proxy is not leasable before its verdict
+// either way.
+func (d *decider) awaitingFirstVerdict(inst *providers.Instance, instHash string) bool {
+	h := d.in.Health.State
+	return (h == HealthUnknown || h == "") && inst.State == providers.StateRunning && inst.IP != "" &&
+		d.prev.Phase == v1.PhaseProvisioning && d.prev.IP == "" && d.prev.ProviderID == inst.ID &&
+		d.prev.SpecHash == instHash && d.prevReason() == ReasonCreating
 }
 
 // observeRunning records a running instance (if any) and the health-derived phase.

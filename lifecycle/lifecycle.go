@@ -100,6 +100,10 @@ type Decision struct {
 	// RetryAt is set when the decision waits on a provider error (quota, transient, blocked
 	// delete): the provider must not be called for this Proxy before it.
 	RetryAt time.Time
+	// ProbeIP is an address to probe that Status does not show yet: a new instance's, from
+	// the moment it runs until its first verdict, while the answered status stays the
+	// previous one (Provisioning) so that it goes to Ready or Unhealthy in one write.
+	ProbeIP string
 }
 
 // Resync delays.

@@ -18,12 +18,17 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"k8s.io/client-go/dynamic"
 
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
+	"github.com/proxy-operator/proxy-operator/events"
 	"github.com/proxy-operator/proxy-operator/fleet"
 	"github.com/proxy-operator/proxy-operator/gc"
 	"github.com/proxy-operator/proxy-operator/health"
+	"github.com/proxy-operator/proxy-operator/healthmark"
+	"github.com/proxy-operator/proxy-operator/kube"
 	"github.com/proxy-operator/proxy-operator/lease"
+	"github.com/proxy-operator/proxy-operator/lifecycle"
 	"github.com/proxy-operator/proxy-operator/membudget"
 	"github.com/proxy-operator/proxy-operator/netpolicy"
 	"github.com/proxy-operator/proxy-operator/providers"
@@ -97,6 +102,19 @@ type Config struct {
 	GCMaxDeletions int
 	GCDryRun       bool
 
+	// Kubeconfig is the API server to use outside a cluster (-kubeconfig); KUBECONFIG, then
+	// the in-cluster service account, otherwise. With none of them the operator runs without
+	// a Kubernetes client: GC trusts the fleet view, health transitions wait for the next
+	// resync, no events are recorded (the no-cluster quickstart).
+	Kubeconfig string
+	// Kube, when set, is the client to use instead of looking one up (tests).
+	Kube *kube.Clients
+	// KubeQPS and KubeBurst are the operator's own client budget (0: kube.DefaultQPS, DefaultBurst).
+	KubeQPS   float64
+	KubeBurst int
+	// HealthMarkQPS bounds the health annotation patches (0: healthmark.DefaultQPS).
+	HealthMarkQPS float64
+
 	// Log receives the process log (nil: discarded). HealthLog, when set, receives the
 	// prober's log instead of Log.
 	Log       *slog.Logger
@@ -167,6 +185,9 @@ func (c Config) Validate() error {
 	if c.ProbeWorkers <= 0 || c.HealthResyncQPS <= 0 {
 		return fmt.Errorf("-probe-workers and -health-resync-qps must be positive")
 	}
+	if c.KubeQPS < 0 || c.KubeBurst < 0 || c.HealthMarkQPS < 0 {
+		return fmt.Errorf("-kube-api-qps, -kube-api-burst and -health-mark-qps must not be negative")
+	}
 	if c.GCInterval < 0 || c.GCMinAge <= 0 {
 		return fmt.Errorf("-gc-interval must not be negative, -gc-min-age must be positive")
 	}
@@ -185,6 +206,9 @@ type Operator struct {
 	sched     *health.Scheduler
 	store     *lease.Memory
 	collector *gc.Collector
+	kube      *kube.Clients
+	marker    *healthmark.Marker
+	events    *events.Recorder
 
 	hookSrv, discSrv *http.Server
 	hookLn, discLn   net.Listener
@@ -258,6 +282,10 @@ func New(cfg Config) (_ *Operator, err error) {
 		return nil, err
 	}
 
+	if err := o.connect(); err != nil {
+		return nil, err
+	}
+
 	o.fleet = fleet.New(time.Now, cfg.FleetWarmup)
 	o.prober = health.NewHTTPProber(nil, health.WithEgressPolicy(egress))
 	hlog := cfg.HealthLog
@@ -265,8 +293,18 @@ func New(cfg Config) (_ *Operator, err error) {
 		hlog = log.With("component", "health")
 	}
 	if o.sched, err = health.New(health.Config{View: o.fleet, Prober: o.prober, Workers: cfg.ProbeWorkers,
-		Registerer: reg, Log: hlog}); err != nil {
+		Registerer: reg, Log: hlog, OnTransition: o.notifyTransition}); err != nil {
 		return nil, err
+	}
+	if o.kube != nil {
+		if o.marker, err = healthmark.New(healthmark.Config{
+			Patcher: healthmark.KubePatcher{Client: o.kube.Dynamic, Resource: kube.ProxyResource},
+			Behind:  healthmark.FleetBehind(o.fleet, o.sched),
+			QPS:     cfg.HealthMarkQPS, Log: log.With("component", "healthmark"),
+		}); err != nil {
+			return nil, err
+		}
+		o.events = events.NewRecorder(o.kube.Core, log.With("component", "events"))
 	}
 	h := &hooks.Hooks{
 		Providers:       o.providers,
@@ -283,6 +321,9 @@ func New(cfg Config) (_ *Operator, err error) {
 	memLimit, memSource := membudget.Limit(cfg.HookMemoryLimit)
 	h.Budget = membudget.ForLimit(memLimit, 0, 0, cfg.MaxBodyBytes)
 	log.Info("hook memory budget", "bytes", h.Budget.Size(), "memoryLimit", memLimit, "from", memSource)
+	if o.events != nil {
+		h.Events = o.events
+	}
 	if cfg.CaptureDir != "" {
 		rec, err := replay.NewRecorder(cfg.CaptureDir, log)
 		if err != nil {
@@ -306,10 +347,11 @@ func New(cfg Config) (_ *Operator, err error) {
 		Log: log.With("component", "discovery"), Registerer: reg, MaxTTL: cfg.LeaseMaxTTL}
 
 	if cfg.GCInterval > 0 {
-		srcs, err := gc.DefaultSources(o.fleet)
-		if err != nil {
-			return nil, fmt.Errorf("gc: %w", err)
+		var dyn dynamic.Interface
+		if o.kube != nil {
+			dyn = o.kube.Dynamic
 		}
+		srcs := gc.Sources(o.fleet, dyn)
 		o.collector, err = gc.New(gc.Config{Providers: o.providers, Sources: srcs, Interval: cfg.GCInterval, MinAge: cfg.GCMinAge,
 			MaxDeletions: cfg.GCMaxDeletions, DryRun: cfg.GCDryRun, Log: log.With("component", "gc"), Registerer: reg})
 		if err != nil {
@@ -323,8 +365,41 @@ func New(cfg Config) (_ *Operator, err error) {
 	return o, nil
 }
 
+// connect finds the Kubernetes client, or decides to run without one.
+func (o *Operator) connect() error {
+	cfg := o.cfg
+	if cfg.Kube != nil {
+		o.kube = cfg.Kube
+		return nil
+	}
+	rc, src, err := kube.Config(kube.Options{Kubeconfig: cfg.Kubeconfig, QPS: float32(cfg.KubeQPS), Burst: cfg.KubeBurst})
+	switch {
+	case errors.Is(err, kube.ErrNoCluster):
+		o.log.Info("no Kubernetes client: GC trusts the fleet view, health transitions reach status at the next resync, no events are recorded")
+		return nil
+	case err != nil:
+		return err
+	}
+	if o.kube, err = kube.NewClients(rc); err != nil {
+		return err
+	}
+	o.log.Info("kubernetes client", "source", string(src), "host", rc.Host, "qps", rc.QPS, "burst", rc.Burst)
+	return nil
+}
+
+// notifyTransition hands a verdict transition to the health annotation, when there is one.
+func (o *Operator) notifyTransition(key string, _ lifecycle.Health) {
+	if o.marker != nil {
+		o.marker.Notify(key)
+	}
+}
+
 // close releases what New acquired (listeners, the prober's connections, providers' resources).
 func (o *Operator) close() {
+	if o.events != nil {
+		o.events.Shutdown()
+		o.events = nil
+	}
 	for _, ln := range []net.Listener{o.hookLn, o.discLn} {
 		if ln != nil {
 			_ = ln.Close()
@@ -379,6 +454,9 @@ func (o *Operator) Run(ctx context.Context) error {
 	background := []func(context.Context) error{o.sched.Run, o.store.Run}
 	if o.collector != nil {
 		background = append(background, o.collector.Run)
+	}
+	if o.marker != nil {
+		background = append(background, o.marker.Run)
 	}
 	done := make(chan struct{}, len(background))
 	for _, loop := range background {

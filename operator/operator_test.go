@@ -96,3 +96,12 @@ func TestNewFailsCleanly(t *testing.T) {
 	}
 	ln.Close()
 }
+
+// TestKubeconfigBroken: a kubeconfig that is named but unusable stops New, rather than the
+// operator quietly running without its Kubernetes client.
+func TestKubeconfigBroken(t *testing.T) {
+	_, err := operator.New(operator.Config{HookAddr: "127.0.0.1:0", DiscoveryAddr: "127.0.0.1:0", DiscoveryInsecure: true, Kubeconfig: t.TempDir() + "/absent"})
+	if err == nil || !strings.Contains(err.Error(), "kubeconfig") {
+		t.Errorf("New with a missing kubeconfig: %v, want an error naming it", err)
+	}
+}

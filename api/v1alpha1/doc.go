@@ -15,3 +15,6 @@ const (
 
 // APIVersion is the apiVersion field of every Proxy.
 const APIVersion = Group + "/" + Version
+
+// Resource is the plural resource name of Proxies (the short name is px).
+const Resource = "proxies"

@@ -1,12 +1,43 @@
 // Package driver owns a test stand-in for Metacontroller: it plays the CompositeController
-// loop against a hook server over real HTTP, on a virtual clock, exactly as
-// docs/metacontroller.md describes v4.17 (status replaces status, observedGeneration injected,
-// deep-equal skip, children applied, resyncAfterSeconds, the finalizer on every parent,
-// finalize until finalized). It knows nothing of what the server decides or how.
+// loop against a hook server over real HTTP, on a virtual clock, as
+// metacontroller/metacontroller@v4.17.2 does (status replaces status, observedGeneration
+// injected, deep-equal skip, children applied, resyncAfterSeconds, the finalizer on every
+// parent, finalize until finalized, any parent update enqueues a sync). With a Budget it also
+// paces syncs by Metacontroller's client rate limit and worker pool (budget.go). It knows
+// nothing of what the server decides or how.
+//
+// Upstream sources it follows: pkg/controller/composite/controller.go (sync order, the
+// update handler that enqueues on every parent change, updateParentStatus injecting
+// observedGeneration and skipping a deep-equal status, 429 + Retry-After requeued without
+// penalty, other errors requeued with backoff and a SyncError event),
+// pkg/dynamic/clientset/clientset.go (AtomicStatusUpdate, AddFinalizer, RemoveFinalizer),
+// pkg/controller/common/finalizer/finalizer.go, pkg/dynamic/informer/informer.go (resync
+// ticks), pkg/cmd/metacontroller/main.go (flag defaults), and client-go's workqueue
+// DefaultTypedControllerRateLimiter (per-item backoff 5 ms doubling to 1000 s).
+//
+// Where it knowingly differs:
+//   - Apply puts the finalizer on a new parent at once; upstream the first sync adds it
+//     (GET + update) and that update enqueues one more sync. With a Budget both the 2 calls
+//     and the extra sync are modelled; the first sync request already shows the finalizer.
+//   - A parent has one pending sync time, the earliest asked for. Upstream a key can sit in
+//     the ready queue and in the delaying queue (AddAfter) at once and then syncs twice; here
+//     the later one is dropped and the next answer's resyncAfterSeconds asks again.
+//   - Without a Budget, ResyncPeriod re-queues each parent one period after its own sync and
+//     syncs take no time, one at a time; upstream (and with a Budget) the period is a
+//     fleet-wide ticker and up to --workers syncs run at once under the client's token bucket.
+//   - Only the per-item backoff of the workqueue's rate limiter is modelled, not its overall
+//     10 qps / 100 burst bucket (which only paces failing syncs).
+//   - Children in an answer replace the observed ones at once, whatever the updateStrategy;
+//     there is no adoption or orphaning, and child writes cost no API calls under a Budget.
+//   - The customize hook is not called; related objects come from the Related callback.
+//   - The parent sent is the live object, never a lagging informer copy; status updates never
+//     conflict (no RetryOnConflict rounds); hook and API call latencies are constants.
+//   - Events are a list in memory, not Event objects with --events-qps spam filtering.
 package driver
 
 import (
 	"bytes"
+	"container/heap"
 	"context"
 	"encoding/json"
 	"errors"
@@ -81,6 +112,16 @@ type Driver struct {
 	// if the answer was lost before the status write: the parent is retried with backoff.
 	// It may call the driver's read methods and change URL (to a restarted server).
 	BeforeApply func(key string, resp *metacontroller.SyncResponse) bool
+	// Budget, when set, models Metacontroller's client rate limit and worker pool in virtual
+	// time (budget.go); nil syncs instantly, one parent at a time.
+	Budget *Budget
+	// IgnoreStatusChanges models the CompositeController's parentResource.ignoreStatusChanges:
+	// a status write then enqueues no echo sync (updateParentObject skips an update that
+	// changes neither generation, labels, annotations nor deletionTimestamp).
+	IgnoreStatusChanges bool
+	// OnStatusWrite, when set, sees every status write with the virtual time it lands. It is
+	// called with the driver's lock held: it must not call the driver.
+	OnStatusWrite func(key string, at time.Time, st v1.ProxyStatus)
 
 	mu     sync.Mutex
 	objs   map[string]*object
@@ -88,6 +129,10 @@ type Driver struct {
 	writes int
 	syncs  int
 	events []Event
+	// metaWrites counts PatchAnnotations calls that changed a parent (metadata.go).
+	metaWrites int
+	// queue finds the parent due first without scanning every object.
+	queue syncQueue
 }
 
 type object struct {
@@ -187,6 +232,7 @@ func (o *object) bump() {
 func (d *Driver) enqueue(o *object, t time.Time) {
 	if !o.pending || t.Before(o.due) {
 		o.due, o.pending = t, true
+		heap.Push(&d.queue, queued{due: t, key: o.parent.Key()})
 	}
 }
 
@@ -289,25 +335,48 @@ func (d *Driver) Events() []Event {
 }
 
 // next returns the parent due first (ties by key, for determinism).
+// The queue holds an entry per enqueue; entries that no longer match their object (synced,
+// moved earlier, deleted) are dropped when they reach the top.
 func (d *Driver) next() (string, time.Time, bool) {
-	var best string
-	var due time.Time
-	found := false
-	for k, o := range d.objs {
-		if !o.pending {
-			continue
+	for d.queue.Len() > 0 {
+		e := d.queue[0]
+		if o, ok := d.objs[e.key]; ok && o.pending && o.due.Equal(e.due) {
+			return e.key, e.due, true
 		}
-		if !found || o.due.Before(due) || (o.due.Equal(due) && k < best) {
-			best, due, found = k, o.due, true
-		}
+		heap.Pop(&d.queue)
 	}
-	return best, due, found
+	return "", time.Time{}, false
+}
+
+// queued is one entry of the driver's sync queue.
+type queued struct {
+	due time.Time
+	key string
+}
+
+// syncQueue orders entries by due time, then key.
+type syncQueue []queued
+
+func (q syncQueue) Len() int { return len(q) }
+func (q syncQueue) Less(i, j int) bool {
+	return q[i].due.Before(q[j].due) || (q[i].due.Equal(q[j].due) && q[i].key < q[j].key)
+}
+func (q syncQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *syncQueue) Push(x any)   { *q = append(*q, x.(queued)) }
+func (q *syncQueue) Pop() any {
+	old := *q
+	e := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return e
 }
 
 // Step moves the clock to the earliest due sync and runs it. It reports false when nothing
 // is scheduled. An error is a broken contract (undecodable answer, failed re-finalize), not a
 // hook error: those become Events and backoff, as in Metacontroller.
 func (d *Driver) Step() (bool, error) {
+	if d.Budget != nil {
+		return d.stepBudget()
+	}
 	d.mu.Lock()
 	key, due, ok := d.next()
 	d.mu.Unlock()
@@ -453,6 +522,7 @@ func (d *Driver) sync(key string) error {
 		return fmt.Errorf("driver: %s %s: %w", hook, key, err)
 	}
 	if req.Finalizing && resp.Finalized {
+		d.charge(2) // RemoveFinalizer: a GET and an update (AtomicUpdate)
 		o.parent.Finalizers = slices.DeleteFunc(o.parent.Finalizers, func(f string) bool { return f == d.Finalizer() })
 		if len(o.parent.Finalizers) == 0 {
 			delete(d.objs, key)
@@ -476,7 +546,8 @@ func (d *Driver) sync(key string) error {
 	if resp.ResyncAfterSeconds > 0 {
 		d.enqueue(o, now.Add(time.Duration(resp.ResyncAfterSeconds*float64(time.Second))))
 	}
-	if d.ResyncPeriod > 0 {
+	if d.ResyncPeriod > 0 && d.Budget == nil {
+		// With a Budget the period is a fleet-wide ticker, as upstream (budget.go).
 		d.enqueue(o, now.Add(d.ResyncPeriod))
 	}
 	return nil
@@ -501,13 +572,20 @@ func (d *Driver) applyStatus(o *object, raw any) error {
 	}
 	st.ObservedGeneration = o.parent.Generation
 	if jsonEqual(o.parent.Status, st) {
+		d.charge(1) // AtomicStatusUpdate GETs the live object even when it then writes nothing
 		return nil
 	}
+	at := d.charge(2) // the GET, then UpdateStatus
 	o.parent.Status = st
 	o.bump()
 	o.writes++
 	d.writes++
-	d.enqueue(o, d.Clock.Now())
+	if d.OnStatusWrite != nil {
+		d.OnStatusWrite(o.parent.Key(), at, st)
+	}
+	if !d.IgnoreStatusChanges {
+		d.enqueue(o, at)
+	}
 	return nil
 }
 

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
+	"github.com/proxy-operator/proxy-operator/events"
 	"github.com/proxy-operator/proxy-operator/fleet"
 	"github.com/proxy-operator/proxy-operator/lifecycle"
 	"github.com/proxy-operator/proxy-operator/membudget"
@@ -56,6 +57,9 @@ type Hooks struct {
 	// HealthResync says how soon a steady proxy is synced again (nil: lifecycle's default).
 	HealthResync func(fleetSize int, hc v1.HealthCheckSpec) time.Duration
 	Recorder     Recorder
+	// Events, when set, receives the Kubernetes Events each sync is worth (events.For): its
+	// decisions and status transitions, never a steady resync.
+	Events EventSink
 	// Ready reports readiness for /readyz (nil: always ready).
 	Ready func() error
 
@@ -81,6 +85,11 @@ type Hooks struct {
 	// once, which the backoff then covers again.
 	retryMu sync.Mutex
 	retries map[types.UID]retryWait
+}
+
+// EventSink records events on a Proxy (events.Recorder in a cluster); it must not block.
+type EventSink interface {
+	Record(p *v1.Proxy, evs []events.Event)
 }
 
 func (h *Hooks) init() {

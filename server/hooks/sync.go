@@ -1,6 +1,7 @@
 package hooks
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"net/http"
 
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
+	"github.com/proxy-operator/proxy-operator/events"
 	"github.com/proxy-operator/proxy-operator/fleet"
 	"github.com/proxy-operator/proxy-operator/lifecycle"
 	"github.com/proxy-operator/proxy-operator/metacontroller"
@@ -114,6 +116,11 @@ func (h *Hooks) sync(ctx context.Context, hook string, body []byte, ex *Exchange
 		h.setRetry(p, finalizing, d)
 	}
 	h.record(log, p, d)
+	if h.Events != nil {
+		if evs := events.For(in, d); len(evs) > 0 {
+			h.Events.Record(p, evs)
+		}
+	}
 	resp := metacontroller.SyncResponse{
 		Status:             d.Status,
 		Children:           providers.DesiredChildren(children, req.Children, finalizing),
@@ -195,7 +202,7 @@ func (h *Hooks) record(log *slog.Logger, p *v1.Proxy, d lifecycle.Decision) {
 		Mode:        p.Spec.Mode,
 		Provider:    p.Spec.Provider,
 		ProviderID:  d.Status.ProviderID,
-		IP:          d.Status.IP,
+		IP:          cmp.Or(d.Status.IP, d.ProbeIP),
 		Port:        p.Spec.ListenPort(),
 		Attributes:  p.Spec.Attributes,
 		MaxLeases:   *p.Spec.MaxLeases,
