@@ -1,4 +1,5 @@
-# proxy-operator. `make run` starts the operator with the mock provider; `make test` runs every test.
+# proxy-operator. `make help` lists the targets; `make demo` runs the quickstart; `make run` starts
+# the operator with the mock provider; `make test` runs every test.
 # Go 1.27.3: the go command fetches this toolchain from the module proxy when the machine's Go is older.
 export GOTOOLCHAIN ?= go1.27.3
 GO            ?= go
@@ -8,41 +9,61 @@ IMG           ?= proxy-operator:dev
 # -discovery-insecure: the quickstart serves discovery on 127.0.0.1 only; a shared address needs a token.
 RUN_ARGS      ?= -hook-addr 127.0.0.1:8080 -discovery-addr 127.0.0.1:8090 -discovery-insecure -log-format text -fleet-warmup 5s -gc-min-age 1m
 
-.PHONY: build run test generate verify vet fmt bench bench-probes bench-discovery bench-crawl docker-build fuzz load scale attack
+.PHONY: help build run demo test generate verify vet fmt bench bench-probes bench-discovery bench-crawl docker-build fuzz load scale attack
 
+## help: list the targets and what each does
+help:
+	@echo 'Targets (variables: BIN=$(BIN) IMG=$(IMG) RUN_ARGS="..." FUZZTIME=$(FUZZTIME) LOAD_SECONDS=$(LOAD_SECONDS)):'
+	@sed -n 's/^## \([a-z-]*\): \(.*\)/\1|\2/p' $(MAKEFILE_LIST) | awk -F'|' '{ printf "  %-17s %s\n", $$1, $$2 }'
+
+## build: bin/proxy-operator, static
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN) .
 
+## run: build, then exec the binary with RUN_ARGS (mock provider; hooks on 127.0.0.1:8080, discovery on :8090); Ctrl-C or kill stops it and its mock proxies
 # run is the no-cluster quickstart: KUBECONFIG is cleared, since its Proxies exist in no cluster
-# and, with a client, GC would take their mock instances for orphans.
-run:
-	KUBECONFIG= $(GO) run . $(RUN_ARGS)
+# and, with a client, GC would take their mock instances for orphans. exec (through env): the
+# binary replaces the recipe's shell, so make's SIGTERM and the terminal's Ctrl-C reach it.
+run: build
+	exec env KUBECONFIG= $(BIN) $(RUN_ARGS)
 
+## demo: the README quickstart (scripts/quickstart.sh): build, start, sync a mock proxy to Ready, lease it, stop
+demo:
+	bash scripts/quickstart.sh
+
+## test: every test, with -race (what CI runs after make verify)
 test:
 	$(GO) test -race -count=1 ./...
 
 # The install kustomization gets its own copy of the CRD: kustomize refuses files outside its root.
+## generate: crds/ and metacontroller/crd.yaml from api/v1alpha1 (controller-gen)
 generate:
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=crds
 	cp crds/crawl.example.com_proxies.yaml metacontroller/crd.yaml
 
 # verify fails when the committed CRD is stale, code is unformatted or vet complains.
+## verify: generated CRDs unchanged, gofmt clean, go vet clean, layering (no domain package imports chi or server/)
 verify: generate
 	@git diff --exit-code -- crds/ metacontroller/crd.yaml || (echo "crds/ or metacontroller/crd.yaml is stale: run 'make generate' and commit" && exit 1)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1)
 	$(GO) vet ./...
+	$(GO) test -count=1 -run '^(TestLayering|TestMainIsFlagsAndDispatch)$$' .
 
+## bench: every benchmark, 2 s each
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./...
 
 # bench-probes schedules 10,000 proxies at 10 s against loopback stub proxies for 60 s (about
 # 80 s in all); it is not part of `make test` or `make bench`.
+## bench-probes: 10,000 proxies probed at 10 s for 60 s (about 80 s)
 bench-probes:
 	PROBE_BENCH_SECONDS=$${PROBE_BENCH_SECONDS:-60} $(GO) test -run '^$$' -bench BenchmarkProbeScheduler -benchtime 1x -timeout 10m ./health/
 
-# bench-discovery: lease+release cycles over loopback HTTP (64 clients, 1,000 and 10,000
+# ## bench-discovery: lease+release over loopback HTTP, and the lease index (about 40 s)
+bench-discovery: lease+release cycles over loopback HTTP (64 clients, 1,000 and 10,000
 # proxies) against no-op handlers on the same server, then the index against a fleet scan
 # (about 40 s in all).
+## bench-discovery: lease+release over loopback HTTP, and the lease index (about 40 s)
 bench-discovery:
 	$(GO) test -run '^$$' -bench BenchmarkDiscoveryLease -benchtime 3x ./server/discovery/
 	$(GO) test -run '^$$' -bench BenchmarkAcquireRelease -benchtime 1s ./lease/
@@ -52,6 +73,7 @@ bench-discovery:
 # at most 90 s each (about 5 minutes in all). Prints the table of docs/performance.md;
 # CRAWL_ARGS passes flags (go run ./bench/crawl/cmd/crawlbench -h). make test runs a short version.
 CRAWL_ARGS ?= -v
+## bench-crawl: one crawl job with the random, rotating and leases strategies (about 5 minutes)
 bench-crawl:
 	$(GO) run ./bench/crawl/cmd/crawlbench $(CRAWL_ARGS)
 
@@ -59,6 +81,7 @@ bench-crawl:
 # -fuzz takes one target per run). CI runs it with FUZZTIME=10s; a crash is saved under the
 # package's testdata/fuzz/ and fails the run.
 FUZZTIME ?= 20s
+## fuzz: every fuzz target for FUZZTIME each
 fuzz:
 	@set -e; for f in $$(grep -rl --include='*_test.go' '^func Fuzz' . | sort); do \
 	  for name in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$f); do \
@@ -73,14 +96,17 @@ fuzz:
 # child process, each flood for ATTACK_SECONDS (60); prints peak RSS and the legitimate calls'
 # p99 per attack (make test runs it with 2 s floods).
 ATTACK_SECONDS ?= 60
+## attack: the hostile-input suite against the operator binary, ATTACK_SECONDS per flood; peak RSS and p99
 attack:
 	ATTACK_SECONDS=$(ATTACK_SECONDS) $(GO) test -run '^(TestHostileInput|TestDiscoveryRefusesToStartWithoutToken)$$' -count=1 -v -timeout 30m ./reliability/
 
 LOAD_SECONDS ?= 60
+## load: the discovery API under 64 crawlers for LOAD_SECONDS while probes flip and syncs arrive
 load:
 	LOAD_SECONDS=$(LOAD_SECONDS) $(GO) test -run '^TestLoad$$' -count=1 -v -timeout 10m ./reliability/
 
 # Needs a Docker engine; IMG names the image (default proxy-operator:dev, what metacontroller/ deploys).
+## docker-build: the container image IMG (needs a Docker engine)
 docker-build:
 	docker build -t $(IMG) .
 
@@ -90,5 +116,6 @@ docker-build:
 # runs the same scenarios at 200 and 100 proxies). MC_QPS, MC_BURST, MC_WORKERS, MC_RESYNC
 # and MC_IGNORE_STATUS override the recommended settings.
 SCALE_PROXIES ?= 1000,10000
+## scale: the fleet-scale driver scenarios at SCALE_PROXIES (about 10 minutes)
 scale:
 	SCALE_PROXIES=$(SCALE_PROXIES) $(GO) test -run 'TestHealthTransitionLatency|TestTimeToReady' -count=1 -v -timeout 60m ./metacontroller/driver/

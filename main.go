@@ -10,9 +10,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -22,20 +24,34 @@ import (
 	"github.com/proxy-operator/proxy-operator/netpolicy"
 	"github.com/proxy-operator/proxy-operator/operator"
 	"github.com/proxy-operator/proxy-operator/replay"
-	"github.com/proxy-operator/proxy-operator/server/hooks"
 )
+
+// description is the one line -h starts with.
+const description = "proxy-operator: the Metacontroller webhook operator for HTTP egress proxies: provisions them (mock, GCP VMs, Squid Pods), probes them through themselves, and leases healthy ones to crawlers."
 
 // subcommand is one entry of the table below: the first argument selects it.
 type subcommand struct {
-	usage string
-	run   func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+	// usage is the synopsis, summary one line of what it does.
+	usage, summary string
+	run            func(ctx context.Context, args []string, stdout, stderr io.Writer) error
 }
 
 // subcommands are every subcommand; with none named, the operator runs. Adding one is one
 // entry here.
 var subcommands = map[string]subcommand{
-	"replay": {usage: replay.CommandUsage + "\n\treplay captured or committed hook fixtures through the real router",
+	"replay": {usage: replay.CommandUsage, summary: "replay captured or committed hook fixtures through the real router and compare with their goldens",
 		run: func(_ context.Context, args []string, stdout, _ io.Writer) error { return replay.Command(args, stdout) }},
+}
+
+// usage writes -h's text: the description, the synopses, the environment and the flags.
+func usage(w io.Writer, fs *flag.FlagSet) {
+	fmt.Fprintf(w, "%s\n\nUsage:\n  proxy-operator [flags]\n\trun the operator: Metacontroller hooks on -hook-addr, the crawlers' discovery API on -discovery-addr\n", description)
+	for _, name := range slices.Sorted(maps.Keys(subcommands)) {
+		sc := subcommands[name]
+		fmt.Fprintf(w, "  %s\n\t%s\n", sc.usage, sc.summary)
+	}
+	fmt.Fprintf(w, "\nEnvironment:\n  DISCOVERY_TOKEN\n\tbearer token every discovery API request must carry (-discovery-token-file wins over it)\n\nFlags:\n")
+	fs.PrintDefaults()
 }
 
 // options is what the flags say: the operator's Config and how to log.
@@ -48,6 +64,7 @@ type options struct {
 func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("proxy-operator", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() { usage(fs.Output(), fs) }
 	d := operator.Defaults()
 	var o options
 	c := &o.operator
@@ -69,7 +86,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&externalCIDRs, "external-cidrs", "", "comma-separated CIDRs External endpoints must be in (empty: any address the egress policy allows)")
 	var hookMem bytesFlag
 	fs.Var(&hookMem, "hook-memory-limit", "memory limit the hook body budget is sized from, a quarter of it (e.g. 256Mi; default: GOMEMLIMIT, else the cgroup's memory.max, else 1Gi)")
-	fs.DurationVar(&c.HookBodyReadTimeout, "hook-body-read-timeout", hooks.DefaultBodyReadTimeout, "time allowed to receive one hook request body (408 beyond)")
+	fs.DurationVar(&c.HookBodyReadTimeout, "hook-body-read-timeout", d.HookBodyReadTimeout, "time allowed to receive one hook request body (408 beyond)")
 	var captureMax bytesFlag
 	fs.Var(&captureMax, "capture-max-bytes", "cap of the -capture-dir directory (default 100Mi)")
 	fs.BoolVar(&c.CaptureSecrets, "capture-secrets", false, "keep Secret data in captured hook calls (redacted by default)")
@@ -78,6 +95,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&c.LeaseBanCooldown, "lease-ban-cooldown", d.LeaseBanCooldown, "cooldown of a proxy for a target after a banned report")
 	fs.DurationVar(&c.LeaseMaxCooldown, "lease-max-cooldown", d.LeaseMaxCooldown, "cap of a cooldown grown by repeated reports")
 	fs.IntVar(&c.ProbeWorkers, "probe-workers", d.ProbeWorkers, "most probes in flight at once")
+	durationByProxy := fs.Bool("probe-duration-by-proxy", true, "label the probe duration histogram by proxy; false: one histogram for the fleet (about 15 series per proxy fewer, for large fleets)")
 	fs.Float64Var(&c.HealthResyncQPS, "health-resync-qps", d.HealthResyncQPS, "reads per second that steady-state health resyncs may cost Metacontroller")
 	fs.DurationVar(&c.GCInterval, "gc-interval", d.GCInterval, "time between orphan GC sweeps (0 disables GC)")
 	fs.DurationVar(&c.GCMinAge, "gc-min-age", d.GCMinAge, "never delete an instance younger than this")
@@ -97,7 +115,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	c.ExternalCIDRs = cidrs
 	if fs.NArg() > 0 {
-		return options{}, fmt.Errorf("unexpected arguments: %v", fs.Args())
+		return options{}, fmt.Errorf("unexpected arguments %q after the flags: subcommands come first (%s); run 'proxy-operator -h' for help", fs.Args(), strings.Join(slices.Sorted(maps.Keys(subcommands)), ", "))
 	}
 	if err := o.logLevel.UnmarshalText([]byte(level)); err != nil {
 		return options{}, fmt.Errorf("-log-level: %w", err)
@@ -105,11 +123,62 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if o.logFormat != "json" && o.logFormat != "text" {
 		return options{}, fmt.Errorf("-log-format %q: want json or text", o.logFormat)
 	}
+	c.ProbeDurationFleetOnly = !*durationByProxy
 	if err := c.Validate(); err != nil {
 		return options{}, err
 	}
 	c.DiscoveryToken = os.Getenv("DISCOVERY_TOKEN")
 	return o, nil
+}
+
+func isHelp(arg string) bool {
+	return arg == "-h" || arg == "-help" || arg == "--help"
+}
+
+// parseHelp prints -h's text to w.
+func parseHelp(w io.Writer) error {
+	_, err := parseFlags([]string{"-h"}, w)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	return err
+}
+
+// unknownSubcommand names the closest subcommand when one is near the mistyped word.
+func unknownSubcommand(word string) error {
+	names := slices.Sorted(maps.Keys(subcommands))
+	best, bestD := "", 3
+	for _, n := range names {
+		if d := editDistance(word, n); d < bestD {
+			best, bestD = n, d
+		}
+	}
+	hint := ""
+	if best != "" {
+		hint = fmt.Sprintf("; did you mean %q?", best)
+	}
+	return fmt.Errorf("unknown subcommand %q%s (subcommands: %s; flags start with '-'; run 'proxy-operator -h' for help)", word, hint, strings.Join(names, ", "))
+}
+
+// editDistance is the Levenshtein distance of a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
 }
 
 func newLogger(o options, w io.Writer) *slog.Logger {
@@ -124,22 +193,40 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	err := dispatch(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
-	if err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "proxy-operator:", err)
-		}
-		os.Exit(1)
+	os.Exit(exitCode(err, os.Stderr))
+}
+
+// exitCode is 0 for success and for -h, else 1 after printing err.
+func exitCode(err error, stderr io.Writer) int {
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return 0
 	}
+	fmt.Fprintln(stderr, "proxy-operator:", err)
+	return 1
 }
 
 // dispatch runs the subcommand named by args[0], else the operator with args as flags.
 func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 {
 		if sc, ok := subcommands[args[0]]; ok {
+			if len(args) > 1 && isHelp(args[1]) {
+				fmt.Fprintf(stdout, "Usage: %s\n\t%s\n", sc.usage, sc.summary)
+				return nil
+			}
 			return sc.run(ctx, args[1:], stdout, stderr)
 		}
+		if args[0] == "help" {
+			return parseHelp(stdout)
+		}
+		if !strings.HasPrefix(args[0], "-") {
+			return unknownSubcommand(args[0])
+		}
 	}
-	o, err := parseFlags(args, stderr)
+	out := stderr
+	if slices.ContainsFunc(args, isHelp) {
+		out = stdout // asked for: help is the answer, not an error
+	}
+	o, err := parseFlags(args, out)
 	if err != nil {
 		return err
 	}

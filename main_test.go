@@ -148,3 +148,33 @@ func TestCaptureThenReplay(t *testing.T) {
 		t.Errorf("replay %s: %v\n%s", capture, err, out.String())
 	}
 }
+
+// TestHelpAndMistypes: -h (and "help") prints the one-line description, the subcommands and the
+// environment to stdout and exits 0; a mistyped subcommand names the one meant.
+func TestHelpAndMistypes(t *testing.T) {
+	for _, args := range [][]string{{"-h"}, {"--help"}, {"help"}, {"-hook-addr", ":0", "-h"}} {
+		var out, errOut bytes.Buffer
+		err := dispatch(context.Background(), args, &out, &errOut)
+		if code := exitCode(err, &errOut); code != 0 {
+			t.Errorf("%v: exit %d (%v), want 0", args, code, err)
+		}
+		for _, want := range []string{description, "proxy-operator replay <fixture-dir | capture-dir>", "DISCOVERY_TOKEN", "-hook-addr"} {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("%v: help lacks %q:\n%s", args, want, out.String())
+			}
+		}
+	}
+	var out, errOut bytes.Buffer
+	err := dispatch(context.Background(), []string{"repaly", "testdata/sync"}, &out, &errOut)
+	if code := exitCode(err, &errOut); code != 1 || !strings.Contains(errOut.String(), `unknown subcommand "repaly"; did you mean "replay"?`) {
+		t.Errorf("mistyped subcommand: exit %d, %q", code, errOut.String())
+	}
+	err = dispatch(context.Background(), []string{"-log-level", "info", "replay"}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "subcommands come first") {
+		t.Errorf("subcommand after flags: %v, want a hint that subcommands come first", err)
+	}
+	err = dispatch(context.Background(), []string{"frobnicate"}, io.Discard, io.Discard)
+	if err == nil || strings.Contains(err.Error(), "did you mean") || !strings.Contains(err.Error(), "subcommands: replay") {
+		t.Errorf("unrelated word: %v, want the list without a guess", err)
+	}
+}

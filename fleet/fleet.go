@@ -154,3 +154,14 @@ func (v *View) Complete() bool {
 
 // CompleteAt is when the view becomes complete.
 func (v *View) CompleteAt() time.Time { return v.started.Add(v.warmup) }
+
+// Matches reports whether attrs hold every pair of the selector (equality on each; an empty
+// selector matches everything). Listing and leasing both select proxies with it.
+func Matches(attrs, sel map[string]string) bool {
+	for k, v := range sel {
+		if got, ok := attrs[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}

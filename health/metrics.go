@@ -6,21 +6,29 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// metrics are the prober's series. Per-proxy series are deleted when the proxy leaves the
-// view, so cardinality stays bounded by the fleet size.
+// metrics are the prober's series. A proxy's failure counter is born at 0 when the loop
+// picks the proxy up (so its first failure shows in rate() and increase()), and its series
+// are deleted when it leaves the view, so cardinality stays bounded by the fleet size.
 type metrics struct {
+	// duration has a proxy label unless byProxy is false (one histogram for the fleet).
 	duration *prometheus.HistogramVec
+	byProxy  bool
 	failures *prometheus.CounterVec
 	lateness prometheus.Histogram
 }
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, byProxy bool) (*metrics, error) {
+	labels := []string{"proxy"}
+	if !byProxy {
+		labels = nil
+	}
 	m := &metrics{
+		byProxy: byProxy,
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "proxy_operator_healthcheck_duration_seconds",
 			Help:    "Time of each probe through a proxy, to the response headers or the failure.",
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
-		}, []string{"proxy"}),
+		}, labels),
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "proxy_operator_healthcheck_failures_total",
 			Help: "Probes through a proxy that failed.",
@@ -42,14 +50,25 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
+// known starts the proxy's failure counter at 0.
+func (m *metrics) known(proxy string) {
+	m.failures.WithLabelValues(proxy)
+}
+
 func (m *metrics) observe(proxy string, r Result) {
-	m.duration.WithLabelValues(proxy).Observe(r.Latency.Seconds())
+	if m.byProxy {
+		m.duration.WithLabelValues(proxy).Observe(r.Latency.Seconds())
+	} else {
+		m.duration.WithLabelValues().Observe(r.Latency.Seconds())
+	}
 	if !r.OK {
 		m.failures.WithLabelValues(proxy).Inc()
 	}
 }
 
 func (m *metrics) forget(proxy string) {
-	m.duration.DeleteLabelValues(proxy)
+	if m.byProxy {
+		m.duration.DeleteLabelValues(proxy)
+	}
 	m.failures.DeleteLabelValues(proxy)
 }

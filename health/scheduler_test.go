@@ -42,7 +42,10 @@ func TestSchedulerThroughStubProxy(t *testing.T) {
 	proxy := newStubProxy(t)
 	view := fleet.New(time.Now, 0)
 	const fail = 2
-	view.Upsert(proxyAt(t, "ns/up", proxy.addr(), target.url(), 2, 2, fail, 1))
+	// 2 s timeouts (20 test units) for the proxy that must stay healthy until the target goes:
+	// with 200 ms, a probe on a busy 2-core machine timed out first and made it Unhealthy for
+	// the wrong reason.
+	view.Upsert(proxyAt(t, "ns/up", proxy.addr(), target.url(), 20, 20, fail, 1))
 	view.Upsert(proxyAt(t, "ns/hole", blackHole(t), target.url(), 3, 3, fail, 1))
 	reg := prometheus.NewRegistry()
 	var f failures
@@ -213,48 +216,64 @@ func TestSchedulerBoundsConcurrencyAndSpreadsFirstProbes(t *testing.T) {
 	}
 	g := &gate{release: make(chan struct{})}
 	var mu sync.Mutex
-	firsts := map[string]time.Time{} // the start of each proxy's first probe
+	probed := map[string]bool{}
+	var offsets []time.Duration // the first-slot offsets the scheduler drew
 	s := startScheduler(t, view, g, nil, func(s *Scheduler) {
-		s.onResult = func(key string, _, start time.Time, _ Result) {
+		real := s.jitter
+		s.jitter = func(d time.Duration) time.Duration {
+			o := real(d)
 			mu.Lock()
-			if _, ok := firsts[key]; !ok {
-				firsts[key] = start
-			}
+			offsets = append(offsets, o)
+			mu.Unlock()
+			return o
+		}
+		s.onResult = func(key string, _, _ time.Time, _ Result) {
+			mu.Lock()
+			probed[key] = true
 			mu.Unlock()
 		}
 	})
-	// Hold every probe for a while: no more than the pool may run at once.
-	time.Sleep(5 * testUnit)
-	if got, want := g.running.Load(), int64(s.workers); got != want {
-		t.Errorf("probes running with all held: got %d, want the pool size %d", got, want)
-	}
-	released := time.Now()
+	// Hold every probe: the pool fills and no more than the pool may run at once. Waits are
+	// for conditions, never for a fixed time, so a loaded machine only makes it slower.
+	waitUntil(t, "the pool to fill with held probes", func() bool { return g.running.Load() == int64(s.workers) })
 	close(g.release)
-	time.Sleep(8 * testUnit)
+	waitUntil(t, "every proxy to be probed once", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(probed) == n
+	})
 	if got := g.maxSeen.Load(); got > int64(s.workers) {
 		t.Errorf("peak concurrent probes %d, want at most %d", got, s.workers)
 	}
+	// Jitter: each proxy's first slot is drawn once, within its 1 s interval, and the draws
+	// spread over it rather than firing together (40 uniform draws all within 300 ms of each
+	// other has a probability below 1e-18).
 	mu.Lock()
 	defer mu.Unlock()
-	if len(firsts) < n {
-		t.Fatalf("proxies probed: %d, want %d", len(firsts), n)
+	if len(offsets) != n {
+		t.Fatalf("first slots drawn: %d, want one per proxy (%d)", len(offsets), n)
 	}
-	// Jitter spreads first probes over the 1 s interval rather than firing them at once.
-	// Those due while the pool was held start together at the release: leave them out.
-	var first, last time.Time
-	for _, st := range firsts {
-		if st.Sub(released) < testUnit/2 {
-			continue
+	lo, hi := offsets[0], offsets[0]
+	for _, o := range offsets {
+		if o < 0 || o >= 10*testUnit {
+			t.Errorf("first-slot offset %v outside the %v interval", o, 10*testUnit)
 		}
-		if first.IsZero() || st.Before(first) {
-			first = st
-		}
-		if st.After(last) {
-			last = st
-		}
+		lo, hi = min(lo, o), max(hi, o)
 	}
-	if spread := last.Sub(first); spread < 3*testUnit {
-		t.Errorf("first probes spread over %v, want most of the %v interval", spread, 10*testUnit)
+	if spread := hi - lo; spread < 3*testUnit {
+		t.Errorf("first slots spread over %v, want most of the %v interval", spread, 10*testUnit)
+	}
+}
+
+// waitUntil polls cond until it holds, failing after a generous deadline.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 

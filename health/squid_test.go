@@ -1,6 +1,7 @@
 package health
 
 import (
+	"bufio"
 	"bytes"
 	"fmt"
 	"net"
@@ -8,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -100,21 +102,45 @@ visible_hostname health-test
 	return ""
 }
 
+// waitListening waits until Squid answers an HTTP request, not merely accepts a connection:
+// a Squid that has just bound its port may take seconds on a busy machine to answer the first
+// CONNECT, longer than a probe's timeout. The request is a CONNECT to port 1, which every
+// config here denies, so the answer (403) needs no upstream.
 func waitListening(addr string, exited <-chan error) error {
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
+	var last error
 	for time.Now().Before(deadline) {
 		select {
 		case err := <-exited:
 			return fmt.Errorf("squid exited: %v", err)
 		default:
 		}
-		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
-			c.Close()
+		if last = squidAnswers(addr, deadline); last == nil {
 			return nil
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return fmt.Errorf("squid not listening on %s after 20s", addr)
+	return fmt.Errorf("squid on %s did not answer a request within 60s: %v", addr, last)
+}
+
+func squidAnswers(addr string, deadline time.Time) error {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(deadline)
+	if _, err := c.Write([]byte("CONNECT 127.0.0.1:1 HTTP/1.1\r\nHost: 127.0.0.1:1\r\n\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if !strings.HasPrefix(line, "HTTP/1.") {
+		return fmt.Errorf("answer %q is not HTTP", line)
+	}
+	return nil
 }
 
 func TestSchedulerThroughRealSquid(t *testing.T) {
@@ -125,8 +151,10 @@ func TestSchedulerThroughRealSquid(t *testing.T) {
 	strict := startSquid(t, strconv.Itoa(denied%60000+1))
 
 	view := fleet.New(time.Now, 0)
-	view.Upsert(proxyAt(t, "ns/squid", squid, target.url(), 5, 5, 2, 1))
-	view.Upsert(proxyAt(t, "ns/strict", strict, target.url(), 5, 5, 2, 1))
+	// 2 s probe timeouts (20 test units): a warm Squid answers in milliseconds, and the margin
+	// keeps a busy 2-core machine from turning its 403 into a timeout.
+	view.Upsert(proxyAt(t, "ns/squid", squid, target.url(), 20, 20, 2, 1))
+	view.Upsert(proxyAt(t, "ns/strict", strict, target.url(), 20, 20, 2, 1))
 	s := startScheduler(t, view, NewHTTPProber(trusting(target)), nil)
 
 	waitHealth(t, s, "ns/squid", lifecycle.HealthHealthy)

@@ -51,7 +51,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 				var bestLat int64
 				for i := range all {
 					p := &all[i]
-					if !containsAll(p.Attributes, sel) || load[p.Key] >= int(p.MaxLeases) {
+					if !fleet.Matches(p.Attributes, sel) || load[p.Key] >= int(p.MaxLeases) {
 						continue
 					}
 					h := health.Health(p.Key)

@@ -142,7 +142,7 @@ func (m *Memory) match(sel map[string]string) []*bucket {
 	}
 	var bs []*bucket
 	for _, b := range m.buckets {
-		if containsAll(b.attrs, sel) {
+		if fleet.Matches(b.attrs, sel) {
 			bs = append(bs, b)
 		}
 	}

@@ -197,7 +197,7 @@ func (m *Memory) Acquire(_ context.Context, r Request) (Lease, error) {
 
 	if r.SessionKey != "" {
 		if s := m.sessions[r.SessionKey]; s != nil {
-			if e := m.entries[s.proxy]; e != nil && containsAll(e.p.Attributes, r.Selector) && inNamespaces(e.bucket, r.Namespaces) {
+			if e := m.entries[s.proxy]; e != nil && fleet.Matches(e.p.Attributes, r.Selector) && inNamespaces(e.bucket, r.Namespaces) {
 				if h, v := m.check(e, r.Target, now); v == fits {
 					return m.grant(e, h, r, now), nil
 				}
@@ -656,15 +656,6 @@ func newID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
 	return hex.EncodeToString(b[:])
-}
-
-func containsAll(attrs, sel map[string]string) bool {
-	for k, v := range sel {
-		if got, ok := attrs[k]; !ok || got != v {
-			return false
-		}
-	}
-	return true
 }
 
 // expiryHeap orders live leases by expiry.

@@ -73,7 +73,8 @@ type LabelSelector struct {
 	MatchLabels map[string]string `json:"matchLabels,omitempty"`
 }
 
-// Validate checks the shape every hook body must have.
+// Validate checks only that the body carries a parent object, the one field every sync and
+// finalize body must have; the parent itself is checked when it is decoded (server/hooks).
 func (r *SyncRequest) Validate() error {
 	p := strings.TrimSpace(string(r.Parent))
 	if p == "" || p == "null" {

@@ -102,6 +102,15 @@ type Config struct {
 	GCMaxDeletions int
 	GCDryRun       bool
 
+	// Registerer receives every metric of the process and Gatherer serves them at /metrics
+	// (both nil: a new registry holding the Go and process collectors too; a Registerer that
+	// is also a Gatherer, such as a *prometheus.Registry, serves as both).
+	Registerer prometheus.Registerer
+	Gatherer   prometheus.Gatherer
+	// ProbeDurationFleetOnly drops the proxy label from the probe duration histogram (for
+	// large fleets: about 15 series per proxy otherwise).
+	ProbeDurationFleetOnly bool
+
 	// Kubeconfig is the API server to use outside a cluster (-kubeconfig); KUBECONFIG, then
 	// the in-cluster service account, otherwise. With none of them the operator runs without
 	// a Kubernetes client: GC trusts the fleet view, health transitions wait for the next
@@ -124,21 +133,22 @@ type Config struct {
 // Defaults returns a Config holding every default: what the flags say when none is given.
 func Defaults() Config {
 	return Config{
-		HookAddr:         ":8080",
-		DiscoveryAddr:    discovery.DefaultDiscoveryAddr,
-		ProviderTimeout:  hooks.DefaultProviderTimeout,
-		MaxBodyBytes:     hooks.DefaultMaxBodyBytes,
-		FleetWarmup:      3 * time.Minute,
-		ShutdownGrace:    20 * time.Second,
-		LeaseMaxTTL:      discovery.DefaultMaxLeaseTTL,
-		LeaseCooldown:    15 * time.Minute,
-		LeaseBanCooldown: time.Hour,
-		LeaseMaxCooldown: 24 * time.Hour,
-		ProbeWorkers:     health.DefaultWorkers,
-		HealthResyncQPS:  health.DefaultResyncQPS,
-		GCInterval:       gc.DefaultInterval,
-		GCMinAge:         gc.DefaultMinAge,
-		GCMaxDeletions:   20,
+		HookAddr:            ":8080",
+		DiscoveryAddr:       discovery.DefaultDiscoveryAddr,
+		ProviderTimeout:     hooks.DefaultProviderTimeout,
+		HookBodyReadTimeout: hooks.DefaultBodyReadTimeout,
+		MaxBodyBytes:        hooks.DefaultMaxBodyBytes,
+		FleetWarmup:         3 * time.Minute,
+		ShutdownGrace:       20 * time.Second,
+		LeaseMaxTTL:         discovery.DefaultMaxLeaseTTL,
+		LeaseCooldown:       15 * time.Minute,
+		LeaseBanCooldown:    time.Hour,
+		LeaseMaxCooldown:    24 * time.Hour,
+		ProbeWorkers:        health.DefaultWorkers,
+		HealthResyncQPS:     health.DefaultResyncQPS,
+		GCInterval:          gc.DefaultInterval,
+		GCMinAge:            gc.DefaultMinAge,
+		GCMaxDeletions:      20,
 	}
 }
 
@@ -198,7 +208,7 @@ func (c Config) Validate() error {
 type Operator struct {
 	cfg      Config
 	log      *slog.Logger
-	registry *prometheus.Registry
+	gatherer prometheus.Gatherer
 
 	providers *providers.Set
 	fleet     *fleet.View
@@ -225,14 +235,25 @@ func New(cfg Config) (_ *Operator, err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	o := &Operator{cfg: cfg, log: log, registry: prometheus.NewRegistry()}
+	o := &Operator{cfg: cfg, log: log}
 	defer func() {
 		if err != nil {
 			o.close()
 		}
 	}()
-	reg := o.registry
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg, gat := cfg.Registerer, cfg.Gatherer
+	if reg == nil {
+		r := prometheus.NewRegistry()
+		r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		reg = r
+		if gat == nil {
+			gat = r
+		}
+	}
+	if g, ok := reg.(prometheus.Gatherer); ok && gat == nil {
+		gat = g
+	}
+	o.gatherer = gat
 
 	pcfg := factory.Default()
 	switch {
@@ -293,7 +314,7 @@ func New(cfg Config) (_ *Operator, err error) {
 		hlog = log.With("component", "health")
 	}
 	if o.sched, err = health.New(health.Config{View: o.fleet, Prober: o.prober, Workers: cfg.ProbeWorkers,
-		Registerer: reg, Log: hlog, OnTransition: o.notifyTransition}); err != nil {
+		Registerer: reg, FleetDurationOnly: cfg.ProbeDurationFleetOnly, Log: hlog, OnTransition: o.notifyTransition}); err != nil {
 		return nil, err
 	}
 	if o.kube != nil {
@@ -312,7 +333,8 @@ func New(cfg Config) (_ *Operator, err error) {
 		Health:          o.sched,
 		HealthResync:    health.ResyncPolicy{QPS: cfg.HealthResyncQPS}.After,
 		Log:             log,
-		Registry:        reg,
+		Registerer:      reg,
+		Gatherer:        gat,
 		MaxBodyBytes:    cfg.MaxBodyBytes,
 		ProviderTimeout: cfg.ProviderTimeout,
 		BodyReadTimeout: cfg.HookBodyReadTimeout,
@@ -434,8 +456,8 @@ func (o *Operator) Leases() *lease.Memory { return o.store }
 // Providers is the configured provider set.
 func (o *Operator) Providers() *providers.Set { return o.providers }
 
-// Registry holds every metric the process exports at /metrics.
-func (o *Operator) Registry() *prometheus.Registry { return o.registry }
+// Gatherer is what /metrics serves.
+func (o *Operator) Gatherer() prometheus.Gatherer { return o.gatherer }
 
 // Run serves both listeners and runs the background loops (probes, lease expiry, GC) until
 // ctx ends or one of them fails; then it shuts the servers down within ShutdownGrace, stops

@@ -1,6 +1,10 @@
 // Package providers owns the contract between the operator and the places proxies run: the
-// four-method Provider interface, the error taxonomy, deterministic instance names, the GC
-// tags and the providers config file. It knows nothing of Metacontroller or HTTP.
+// four-method Provider interface, the error taxonomy (errors.go), deterministic instance
+// names, the GC tags, the Set of configured providers with its metrics wrapper and Close
+// (set.go), and the binding of providers whose instances are Metacontroller children to one
+// hook call's children (children.go). The config file and the one table of provider types are
+// in providers/factory; the implementations in mock, gcp and kubernetes. It knows nothing of
+// HTTP, and of Metacontroller only the children of a hook call.
 package providers
 
 import (

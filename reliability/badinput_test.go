@@ -123,7 +123,7 @@ func badInputs() []badInput {
 
 		// Providers config files: every error names the entry at fault.
 		{name: "config empty", surface: configSurface, body: ``, says: "providers config: no providers listed"},
-		{name: "config not YAML", surface: configSurface, body: "providers: [", says: "providers config: error converting YAML"},
+		{name: "config not YAML", surface: configSurface, body: "providers: [", says: "providers config: invalid YAML: line 1:"},
 		{name: "config unknown top-level field", surface: configSurface, body: "provider:\n- {name: a, type: mock}\n", says: `unknown field "provider"`},
 		{name: "config second entry unknown type", surface: configSurface, body: "providers:\n- {name: a, type: mock}\n- {name: b, type: nimbus}\n", says: `providers[1] (b): unknown type "nimbus"`},
 		{name: "config duplicate name", surface: configSurface, body: "providers:\n- {name: a, type: mock}\n- {name: a, type: kubernetes}\n", says: `providers[1] (a): name "a" already used by providers[0]`},

@@ -41,7 +41,11 @@ func FuzzProvidersConfig(f *testing.F) {
 			if !strings.HasPrefix(msg, "providers config: ") {
 				t.Fatalf("error does not say it is about the providers config: %q", msg)
 			}
-			decoding := strings.Contains(msg, "unmarshal") || strings.Contains(msg, "converting YAML")
+			// A decoding error says YAML (not the JSON of the converter underneath).
+			decoding := strings.Contains(msg, "YAML")
+			if strings.Contains(msg, "unmarshaling JSON") || strings.Contains(msg, "decoding JSON") {
+				t.Fatalf("error about a YAML file says JSON: %q", msg)
+			}
 			if !decoding && !strings.Contains(msg, "no providers listed") && !entryRE.MatchString(msg) {
 				t.Fatalf("validation error does not name the entry: %q", msg)
 			}

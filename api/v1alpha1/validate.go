@@ -17,7 +17,8 @@ var (
 )
 
 // Validate repeats the CRD's schema and CEL rules for bodies that did not pass through the
-// API server, and checks what the schema cannot. It names the first offending field.
+// API server, and checks what the schema cannot. It reports every offending field, one per
+// line (errors.Join), each named by its path (spec.endpoint.port: ...); nil when the spec holds.
 func (s *ProxySpec) Validate() error {
 	var errs []error
 	bad := func(field, format string, args ...any) {

@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strings"
 
+	yamlv3 "go.yaml.in/yaml/v3"
 	"sigs.k8s.io/yaml"
 
 	"github.com/proxy-operator/proxy-operator/providers"
@@ -138,11 +139,12 @@ func Load(path string) (Config, error) {
 	return Parse(b)
 }
 
-// Parse parses a providers config, rejecting unknown fields, and validates it.
+// Parse parses a providers config, rejecting unknown fields, and validates it. A decoding
+// error names the entry and the YAML line (see locate).
 func Parse(b []byte) (Config, error) {
 	var c Config
 	if err := yaml.UnmarshalStrict(b, &c); err != nil {
-		return Config{}, fmt.Errorf("providers config: %w", err)
+		return Config{}, locate(b, err)
 	}
 	if err := c.Validate(); err != nil {
 		return Config{}, err
@@ -210,4 +212,97 @@ func Build(c Config, deps Deps) (*providers.Set, error) {
 		entries = append(entries, providers.Entry{Name: e.Name, Type: e.Type, Provider: deps.Metrics.Instrument(e.Name, p)})
 	}
 	return providers.NewSet(entries...), nil
+}
+
+// decodePrefix is what sigs.k8s.io/yaml puts before a decoding error: it converts YAML to JSON
+// first, so its messages say JSON about a YAML file.
+var decodePrefix = regexp.MustCompile(`^(error unmarshaling JSON: )?(while decoding JSON: )?(json: )?`)
+
+// quoted is the first double-quoted word of an error message: the unknown field, or the value
+// that did not parse.
+var quoted = regexp.MustCompile(`"([^"\\]*)"`)
+
+// locate turns a decoding error into one that says YAML and names the providers entry and the
+// line: each entry is decoded alone to find the one at fault, and the line is that of the key
+// (or value) the message quotes, else of the entry.
+func locate(b []byte, err error) error {
+	msg := decodePrefix.ReplaceAllString(err.Error(), "")
+	var doc yamlv3.Node
+	if yerr := yamlv3.Unmarshal(b, &doc); yerr != nil {
+		// Not YAML at all: the converter's parser message carries the line.
+		return fmt.Errorf("providers config: invalid YAML: %s", strings.TrimPrefix(strings.TrimPrefix(err.Error(), "error converting YAML to JSON: "), "yaml: "))
+	}
+	if len(doc.Content) == 0 || doc.Content[0].Kind != yamlv3.MappingNode {
+		return fmt.Errorf("providers config: YAML: %s (want a mapping with a providers list)", msg)
+	}
+	root := doc.Content[0]
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		key, val := root.Content[i], root.Content[i+1]
+		if key.Value != "providers" {
+			return fmt.Errorf("providers config: YAML line %d: unknown field %q (the file has one field: providers)", key.Line, key.Value)
+		}
+		if val.Kind != yamlv3.SequenceNode {
+			return fmt.Errorf("providers config: YAML line %d: providers: %s (want a list of entries)", val.Line, msg)
+		}
+		for j, item := range val.Content {
+			one, merr := yamlv3.Marshal(item)
+			if merr != nil {
+				continue
+			}
+			var e Entry
+			eerr := yaml.UnmarshalStrict(one, &e)
+			if eerr == nil {
+				continue
+			}
+			where := fmt.Sprintf("providers[%d]", j)
+			if name := mappingValue(item, "name"); name != "" {
+				where += fmt.Sprintf(" (%s)", name)
+			}
+			emsg := decodePrefix.ReplaceAllString(eerr.Error(), "")
+			line := item.Line
+			if m := quoted.FindStringSubmatch(emsg); m != nil {
+				if n := findNode(item, m[1]); n != nil {
+					line = n.Line
+				}
+			}
+			return fmt.Errorf("providers config: YAML line %d: %s: %s", line, where, emsg)
+		}
+	}
+	return fmt.Errorf("providers config: YAML: %s", msg)
+}
+
+// mappingValue is the scalar under key in a mapping node, or "".
+func mappingValue(n *yamlv3.Node, key string) string {
+	if n.Kind != yamlv3.MappingNode {
+		return ""
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key && n.Content[i+1].Kind == yamlv3.ScalarNode {
+			return n.Content[i+1].Value
+		}
+	}
+	return ""
+}
+
+// findNode returns the first mapping key, else the first scalar, whose value is v.
+func findNode(n *yamlv3.Node, v string) *yamlv3.Node {
+	var key, scalar *yamlv3.Node
+	var walk func(n *yamlv3.Node, isKey bool)
+	walk = func(n *yamlv3.Node, isKey bool) {
+		if n.Kind == yamlv3.ScalarNode && n.Value == v {
+			if isKey && key == nil {
+				key = n
+			} else if !isKey && scalar == nil {
+				scalar = n
+			}
+		}
+		for i, c := range n.Content {
+			walk(c, n.Kind == yamlv3.MappingNode && i%2 == 0)
+		}
+	}
+	walk(n, false)
+	if key != nil {
+		return key
+	}
+	return scalar
 }

@@ -57,9 +57,9 @@ func TestFactoryRejectsBadGCPEntries(t *testing.T) {
 		{"block on another type", "providers:\n  - name: east\n    type: mock\n    gcp:\n      project: crawl-proj-1\n",
 			`providers config: providers[0] (east): has a "gcp" block but type "mock"`},
 		{"unknown field", "providers:\n  - name: gcp-eu\n    type: gcp\n    gcp:\n      project: crawl-proj-1\n      zone: europe-west1-b\n",
-			`providers config: error unmarshaling JSON: while decoding JSON: json: unknown field "zone"`},
+			`providers config: YAML line 6: providers[0] (gcp-eu): unknown field "zone"`},
 		{"bad timeout", "providers:\n  - name: gcp-eu\n    type: gcp\n    gcp:\n      project: crawl-proj-1\n      requestTimeout: soon\n",
-			`providers config: error unmarshaling JSON: while decoding JSON: bad duration "soon": time: invalid duration "soon"`},
+			`providers config: YAML line 6: providers[0] (gcp-eu): bad duration "soon": time: invalid duration "soon"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

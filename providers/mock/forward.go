@@ -170,7 +170,8 @@ func (fp *forwardProxy) tunnel(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "mock proxy: cannot hijack", http.StatusInternalServerError)
 		return
 	}
-	w.WriteHeader(http.StatusOK)
+	// The 200 is written on the hijacked connection itself: through the ResponseWriter it
+	// would carry Transfer-Encoding: chunked, which strict clients refuse on a CONNECT answer.
 	client, buf, err := hj.Hijack()
 	if err != nil {
 		upstream.Close()
@@ -182,6 +183,11 @@ func (fp *forwardProxy) tunnel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer fp.untrack(client, upstream)
+	if _, err := client.Write([]byte("HTTP/1.1 200 Connection established\r\n\r\n")); err != nil {
+		client.Close()
+		upstream.Close()
+		return
+	}
 	// Bytes the client sent after the CONNECT line are already buffered.
 	if n := buf.Reader.Buffered(); n > 0 {
 		b, _ := buf.Reader.Peek(n)

@@ -11,6 +11,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/proxy-operator/proxy-operator/fleet"
+	"github.com/proxy-operator/proxy-operator/internal/healthtest"
 	"github.com/proxy-operator/proxy-operator/lease"
 	"github.com/proxy-operator/proxy-operator/server/discovery"
 )
@@ -31,7 +32,7 @@ func TestAPIDocumentCoversRouter(t *testing.T) {
 	}
 
 	view := fleet.New(time.Now, 0)
-	d := &discovery.Discovery{Fleet: view, Leases: lease.NewMemory(lease.Config{Fleet: view, Health: &discHealth{}})}
+	d := &discovery.Discovery{Fleet: view, Leases: lease.NewMemory(lease.Config{Fleet: view, Health: &healthtest.Map{}})}
 	routes, ok := d.Handler().(chi.Routes)
 	if !ok {
 		t.Fatal("discovery handler is not a chi router")

@@ -22,21 +22,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/proxy-operator/proxy-operator/fleet"
+	"github.com/proxy-operator/proxy-operator/internal/healthtest"
 	"github.com/proxy-operator/proxy-operator/lease"
 	"github.com/proxy-operator/proxy-operator/lifecycle"
 )
-
-// benchHealth is a fixed verdict per key behind a read lock, as the real prober serves it.
-type benchHealth struct {
-	mu sync.RWMutex
-	m  map[string]lifecycle.Health
-}
-
-func (h *benchHealth) Health(key string) lifecycle.Health {
-	h.mu.RLock()
-	defer h.mu.RUnlock()
-	return h.m[key]
-}
 
 const benchToken = "bench-token"
 
@@ -47,14 +36,14 @@ const benchToken = "bench-token"
 func benchServer(b *testing.B, n int) (base string, stop func()) {
 	b.Helper()
 	view := fleet.New(time.Now, 0)
-	health := &benchHealth{m: map[string]lifecycle.Health{}}
+	health := &healthtest.Map{}
 	geos := []string{"eu", "us", "asia", "sa", "af"}
 	for i := range n {
 		key := fmt.Sprintf("crawl/p%05d", i)
 		view.Upsert(fleet.Proxy{Key: key, UID: key, IP: fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255), Port: 3128,
 			Attributes: map[string]string{"geo": geos[i%len(geos)], "purpose": []string{"crawl", "scrape"}[i/len(geos)%2]},
 			MaxLeases:  4, Phase: "Ready"})
-		health.m[key] = lifecycle.Health{State: lifecycle.HealthHealthy, LatencyMillis: int64(20 + i*7919%300)}
+		health.Set(key, lifecycle.Health{State: lifecycle.HealthHealthy, LatencyMillis: int64(20 + i*7919%300)})
 	}
 	store := lease.NewMemory(lease.Config{Fleet: view, Health: health})
 	d := &Discovery{Fleet: view, Health: health, Leases: store, Token: benchToken,

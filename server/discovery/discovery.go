@@ -342,7 +342,7 @@ func (d *Discovery) listProxies(w http.ResponseWriter, r *http.Request) error {
 		if ns, _, _ := strings.Cut(p.Key, "/"); !caller.MayRead(ns) {
 			continue
 		}
-		if !matchesSelector(p.Attributes, sel) {
+		if !fleet.Matches(p.Attributes, sel) {
 			continue
 		}
 		pj := toProxyJSON(p, d.Health.Health(p.Key), active[p.Key])
@@ -380,7 +380,7 @@ func parseListQuery(r *http.Request) (map[string]string, *bool, error) {
 				return nil, nil, httpx.Errorf(http.StatusBadRequest, "query parameter %s: given %d times; selectors are equality on one value", k, len(vs))
 			}
 			if err := checkSelectorPair(key, vs[0]); err != nil {
-				return nil, nil, httpx.Errorf(http.StatusBadRequest, "query parameter %s: %s", k, err.Error())
+				return nil, nil, httpx.Wrap(http.StatusBadRequest, err, "query parameter %s", k)
 			}
 			sel[key] = vs[0]
 		default:
@@ -408,15 +408,6 @@ func checkSelectorPair(key, value string) error {
 		return fmt.Errorf("attribute value longer than %d characters", maxAttrValueLen)
 	}
 	return nil
-}
-
-func matchesSelector(attrs, sel map[string]string) bool {
-	for k, v := range sel {
-		if got, ok := attrs[k]; !ok || got != v {
-			return false
-		}
-	}
-	return true
 }
 
 type acquireRequest struct {
@@ -452,7 +443,7 @@ func (d *Discovery) acquire(w http.ResponseWriter, r *http.Request) error {
 	}
 	for k, v := range req.Selector {
 		if err := checkSelectorPair(k, v); err != nil {
-			return httpx.Errorf(http.StatusBadRequest, "selector: %s", err.Error())
+			return httpx.Wrap(http.StatusBadRequest, err, "selector")
 		}
 	}
 	target, err := normalizeTarget(req.Target, false)

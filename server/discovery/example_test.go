@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/proxy-operator/proxy-operator/fleet"
+	"github.com/proxy-operator/proxy-operator/internal/healthtest"
 	"github.com/proxy-operator/proxy-operator/lease"
 	"github.com/proxy-operator/proxy-operator/server/discovery"
 )
@@ -24,7 +25,7 @@ func ExampleDiscovery() {
 	log := slog.New(slog.DiscardHandler)
 	reg := prometheus.NewRegistry()
 	view := fleet.New(time.Now, 3*time.Minute)
-	var health discovery.HealthSource = &discHealth{} // main: the health.Scheduler
+	var health discovery.HealthSource = &healthtest.Map{} // main: the health.Scheduler
 
 	tokens, err := discovery.Tokens(os.Getenv("DISCOVERY_TOKEN"), "" /* -discovery-token-file */, true /* -discovery-insecure */)
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/proxy-operator/proxy-operator/fleet"
 	"github.com/proxy-operator/proxy-operator/internal/clocktest"
+	"github.com/proxy-operator/proxy-operator/internal/healthtest"
 	"github.com/proxy-operator/proxy-operator/lease"
 	"github.com/proxy-operator/proxy-operator/lifecycle"
 	"github.com/proxy-operator/proxy-operator/server/discovery"
@@ -24,31 +25,10 @@ import (
 
 const discToken = "s3cret-token-value"
 
-// discHealth is a settable verdict per key; absent keys are Unknown.
-type discHealth struct {
-	mu sync.RWMutex
-	m  map[string]lifecycle.Health
-}
-
-func (f *discHealth) Health(key string) lifecycle.Health {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	if h, ok := f.m[key]; ok {
-		return h
-	}
-	return lifecycle.Health{State: lifecycle.HealthUnknown}
-}
-
-func (f *discHealth) set(key string, s lifecycle.HealthState, latency int64) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.m[key] = lifecycle.Health{State: s, LatencyMillis: latency}
-}
-
 type discFixture struct {
 	clock  *clocktest.Clock
 	view   *fleet.View
-	health *discHealth
+	health *healthtest.Map
 	store  *lease.Memory
 	reg    *prometheus.Registry
 	srv    *httptest.Server
@@ -66,7 +46,7 @@ func newDiscFixture(t testing.TB, o discOpts) *discFixture {
 	f := &discFixture{
 		clock:  clock,
 		view:   fleet.New(clock.Now, o.warmup),
-		health: &discHealth{m: map[string]lifecycle.Health{}},
+		health: &healthtest.Map{},
 		reg:    prometheus.NewRegistry(),
 		logs:   &bytes.Buffer{},
 	}
@@ -95,7 +75,7 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 func (f *discFixture) add(name string, attrs map[string]string, max int32, state lifecycle.HealthState, latency int64) {
 	key := "crawl/" + name
 	f.view.Upsert(fleet.Proxy{Key: key, UID: name, IP: "10.1.0." + name[len(name)-1:], Port: 3128, Attributes: attrs, MaxLeases: max, Phase: "Ready"})
-	f.health.set(key, state, latency)
+	f.health.SetState(key, state, latency)
 }
 
 type resp struct {
@@ -390,7 +370,7 @@ func TestDiscoverySticky(t *testing.T) {
 			t.Fatalf("sticky session moved from %s to %s", first, got)
 		}
 	}
-	f.health.set(first, lifecycle.HealthUnhealthy, 0)
+	f.health.SetState(first, lifecycle.HealthUnhealthy, 0)
 	if got := lease(`{"sessionKey": "user-42"}`); got == first {
 		t.Errorf("sticky session kept unhealthy %s", got)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/access"
 	"github.com/proxy-operator/proxy-operator/fleet"
 	"github.com/proxy-operator/proxy-operator/internal/clocktest"
+	"github.com/proxy-operator/proxy-operator/internal/healthtest"
 	"github.com/proxy-operator/proxy-operator/lease"
 	"github.com/proxy-operator/proxy-operator/lifecycle"
 	"github.com/proxy-operator/proxy-operator/server/discovery"
@@ -32,7 +33,7 @@ func scopedFixture(t *testing.T) (*discFixture, *prometheus.Registry) {
 		t.Fatal(err)
 	}
 	clock := clocktest.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
-	f := &discFixture{clock: clock, view: fleet.New(clock.Now, 0), health: &discHealth{m: map[string]lifecycle.Health{}}}
+	f := &discFixture{clock: clock, view: fleet.New(clock.Now, 0), health: &healthtest.Map{}}
 	f.store = lease.NewMemory(lease.Config{Fleet: f.view, Health: f.health, Now: clock.Now, MaxCooldownsPerProxy: 2})
 	reg := prometheus.NewRegistry()
 	d := &discovery.Discovery{Fleet: f.view, Health: f.health, Leases: f.store, Tokens: toks, Now: clock.Now, Registerer: reg}
@@ -40,7 +41,7 @@ func scopedFixture(t *testing.T) (*discFixture, *prometheus.Registry) {
 	t.Cleanup(f.srv.Close)
 	for _, key := range []string{"team-a/p1", "team-b/p1"} {
 		f.view.Upsert(fleet.Proxy{Key: key, UID: key, IP: "10.0.0.1", Port: 3128, Attributes: map[string]string{"geo": "eu"}, MaxLeases: 10, Phase: "Ready"})
-		f.health.set(key, lifecycle.HealthHealthy, 10)
+		f.health.SetState(key, lifecycle.HealthHealthy, 10)
 	}
 	return f, reg
 }

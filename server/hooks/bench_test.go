@@ -11,6 +11,7 @@ import (
 
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/fleet"
+	"github.com/proxy-operator/proxy-operator/internal/healthtest"
 	"github.com/proxy-operator/proxy-operator/lifecycle"
 	"github.com/proxy-operator/proxy-operator/metacontroller"
 	"github.com/proxy-operator/proxy-operator/providers"
@@ -49,21 +50,17 @@ func readyHooks(b *testing.B, c replay.Case) *hooks.Hooks {
 		b.Fatal(err)
 	}
 	mp.Seed(c.State.Instances...)
-	hm := map[string]lifecycle.Health{}
+	hm := &healthtest.Map{}
 	for k, v := range c.State.Health {
-		hm[k] = lifecycle.Health{State: v.State, LatencyMillis: v.LatencyMillis, Since: v.Since, Reason: v.Reason}
+		hm.Set(k, lifecycle.Health{State: v.State, LatencyMillis: v.LatencyMillis, Since: v.Since, Reason: v.Reason})
 	}
 	return &hooks.Hooks{
 		Providers: providers.NewSet(providers.Entry{Name: "mock", Type: "mock", Provider: mp}),
 		Fleet:     fleet.New(clock, 0),
-		Health:    mapHealth(hm),
+		Health:    hm,
 		Now:       clock,
 	}
 }
-
-type mapHealth map[string]lifecycle.Health
-
-func (m mapHealth) Health(key string) lifecycle.Health { return m[key] }
 
 // noopHandler decodes the hook body and the parent as the real one does, and answers the
 // parent's status back: the floor any hook implementation pays for JSON and HTTP.

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/proxy-operator/proxy-operator/fleet"
+	"github.com/proxy-operator/proxy-operator/internal/healthtest"
 	"github.com/proxy-operator/proxy-operator/lifecycle"
 	"github.com/proxy-operator/proxy-operator/providers"
 	"github.com/proxy-operator/proxy-operator/providers/kubernetes"
@@ -33,11 +34,6 @@ const (
 	podParentUID = "7a2d9c1e-5b3f-4e8a-b6c2-000000000042"
 	podProvider  = "pods"
 )
-
-// fixedHealth is a prober that believes whatever the test set last.
-type fixedHealth struct{ h lifecycle.Health }
-
-func (f *fixedHealth) Health(string) lifecycle.Health { return f.h }
 
 // fakeMC is the part of Metacontroller the children tests need: it holds one Proxy and its
 // Pods, calls the hooks with them, and applies each answer as Metacontroller does: status
@@ -259,7 +255,7 @@ func TestKubernetesPodLifecycle(t *testing.T) {
 	for _, v1Keys := range []bool{false, true} {
 		t.Run(fmt.Sprintf("v1Keys=%t", v1Keys), func(t *testing.T) {
 			now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-			health := &fixedHealth{h: lifecycle.Health{State: lifecycle.HealthUnknown}}
+			health := &healthtest.Map{}
 			h, reg := podHooks(t, &now, health)
 			m := newFakeMC(t, h, &now, podSpec(3128))
 			m.v1Keys = v1Keys
@@ -293,7 +289,7 @@ func TestKubernetesPodLifecycle(t *testing.T) {
 
 			// running: the Ready Pod's address is the proxy's.
 			m.run(podA, "10.244.1.7")
-			health.h = lifecycle.Health{State: lifecycle.HealthHealthy, LatencyMillis: 12, Since: now.Add(-5 * time.Second)}
+			health.SetDefault(lifecycle.Health{State: lifecycle.HealthHealthy, LatencyMillis: 12, Since: now.Add(-5 * time.Second)})
 			a = m.sync("running")
 			if got, want := [3]string{statusString(a, "phase"), statusString(a, "ip"), provisionedReason(a)}, [3]string{"Ready", "10.244.1.7", lifecycle.ReasonRunning}; got != want {
 				t.Errorf("running: phase, ip, reason = %v, want %v", got, want)
@@ -310,7 +306,7 @@ func TestKubernetesPodLifecycle(t *testing.T) {
 			// then the new one is returned.
 			m.parent["spec"] = podSpec(3129)
 			m.parent["metadata"].(map[string]any)["generation"] = 2
-			health.h = lifecycle.Health{State: lifecycle.HealthUnknown}
+			health.SetDefault(lifecycle.Health{State: lifecycle.HealthUnknown})
 			a = m.sync("replaced")
 			if got := childNames(a); len(got) != 0 {
 				t.Errorf("replaced: children %v, want none (the old Pod dropped)", got)
@@ -469,7 +465,7 @@ func checkPod(t *testing.T, child map[string]any, port int, hash string, rewrite
 // finalize returns none.
 func TestChildrenWithoutBoundProvider(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	h, _ := podHooks(t, &now, &fixedHealth{})
+	h, _ := podHooks(t, &now, &healthtest.Map{})
 	m := newFakeMC(t, h, &now, podSpec(3128))
 	pod := m.sync("create").Children[0]
 	name := pod["metadata"].(map[string]any)["name"].(string)
@@ -504,7 +500,7 @@ func TestChildrenWithoutBoundProvider(t *testing.T) {
 }
 
 // fixtureWriter writes the scenario's requests of interest as fixtures.
-func fixtureWriter(t *testing.T, now *time.Time, health *fixedHealth) func(string, []byte) {
+func fixtureWriter(t *testing.T, now *time.Time, health *healthtest.Map) func(string, []byte) {
 	t.Helper()
 	keep := map[string]bool{"create": true, "provisioning": true, "running": true, "replaced": true,
 		"replaced-terminating": true, "replaced-old-gone": true, "deleted": true, "deleted-gone": true,
@@ -526,8 +522,8 @@ func fixtureWriter(t *testing.T, now *time.Time, health *fixedHealth) func(strin
 			t.Fatal(err)
 		}
 		st := replay.State{Now: *now, Provider: podProvider, ProviderType: "kubernetes"}
-		if health.h.State == lifecycle.HealthHealthy {
-			st.Health = map[string]replay.Health{"crawl/edge-pod": {State: health.h.State, LatencyMillis: health.h.LatencyMillis, Since: health.h.Since}}
+		if h := health.Health("crawl/edge-pod"); h.State == lifecycle.HealthHealthy {
+			st.Health = map[string]replay.Health{"crawl/edge-pod": {State: h.State, LatencyMillis: h.LatencyMillis, Since: h.Since}}
 		}
 		sb, _ := json.MarshalIndent(st, "", "  ")
 		if err := os.WriteFile(filepath.Join(dir, replay.RequestFile), append(pretty.Bytes(), '\n'), 0o644); err != nil {
@@ -543,7 +539,7 @@ func fixtureWriter(t *testing.T, now *time.Time, health *fixedHealth) func(strin
 // providerID and a Pod. Sync adopts it by name (no second Pod); finalize finds it by its tags.
 func TestPodLostStatusWrite(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	h, _ := podHooks(t, &now, &fixedHealth{})
+	h, _ := podHooks(t, &now, &healthtest.Map{})
 	m := newFakeMC(t, h, &now, podSpec(3128))
 	pod := childNames(m.sync("create"))[0]
 	m.run(pod, "10.244.1.7")

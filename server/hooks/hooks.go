@@ -52,8 +52,10 @@ type Hooks struct {
 	Health    HealthSource
 	Now       func() time.Time
 	Log       *slog.Logger
-	// Registry, when set, is served at /metrics and receives the hook metrics.
-	Registry *prometheus.Registry
+	// Registerer, when set, receives the hook metrics.
+	Registerer prometheus.Registerer
+	// Gatherer, when set, is served at /metrics.
+	Gatherer prometheus.Gatherer
 	// HealthResync says how soon a steady proxy is synced again (nil: lifecycle's default).
 	HealthResync func(fleetSize int, hc v1.HealthCheckSpec) time.Duration
 	Recorder     Recorder
@@ -76,6 +78,8 @@ type Hooks struct {
 	// with a condition saying why and is never probed or leased).
 	Egress *netpolicy.Policy
 
+	once     sync.Once
+	handler  http.Handler
 	inflight chan struct{}
 	duration *prometheus.HistogramVec
 	shed     *prometheus.CounterVec
@@ -131,8 +135,8 @@ func (h *Hooks) init() {
 		Help:    "Time to answer a Metacontroller hook call.",
 		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 	}, []string{"hook"})
-	if h.Registry != nil {
-		h.Registry.MustRegister(h.duration, h.shed, newPhaseCollector(h.Fleet),
+	if h.Registerer != nil {
+		h.Registerer.MustRegister(h.duration, h.shed, newPhaseCollector(h.Fleet),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "proxy_operator_hook_memory_budget_bytes",
 				Help: "The hook body memory budget (bodies weighted by their decoding cost).",
@@ -150,8 +154,14 @@ func (unknownHealth) Health(string) lifecycle.Health {
 	return lifecycle.Health{State: lifecycle.HealthUnknown}
 }
 
-// Handler returns the hook router. Call it once.
+// Handler returns the hook router. It is built (and the metrics registered) on the first
+// call; later calls return the same router, so the fields must be set before it.
 func (h *Hooks) Handler() http.Handler {
+	h.once.Do(h.build)
+	return h.handler
+}
+
+func (h *Hooks) build() {
 	h.init()
 	r := httpx.NewRouter()
 	r.Post("/sync", h.hook("sync", h.sync))
@@ -166,10 +176,10 @@ func (h *Hooks) Handler() http.Handler {
 		httpx.WriteJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 		return nil
 	}))
-	if h.Registry != nil {
-		r.Handle("/metrics", promhttp.HandlerFor(h.Registry, promhttp.HandlerOpts{}))
+	if h.Gatherer != nil {
+		r.Handle("/metrics", promhttp.HandlerFor(h.Gatherer, promhttp.HandlerOpts{}))
 	}
-	return r
+	h.handler = r
 }
 
 // Server returns the hook listener's server with every timeout set: a hook may make two

@@ -177,10 +177,14 @@ func TestEchoSyncDuringWaitMakesNoCall(t *testing.T) {
 
 func TestProbesAndMetrics(t *testing.T) {
 	h := newHooks(t, newMock(t))
-	h.Registry = prometheus.NewRegistry()
+	reg := prometheus.NewRegistry()
+	h.Registerer, h.Gatherer = reg, reg
 	var ready error = fmt.Errorf("fleet view warming up")
 	h.Ready = func() error { return ready }
 	router := h.Handler()
+	if again := h.Handler(); again != router {
+		t.Error("a second Handler call built another router (and would register the metrics twice)")
+	}
 	get := func(path string) (int, string) {
 		rec := httptest.NewRecorder()
 		router.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))

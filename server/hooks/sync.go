@@ -48,7 +48,7 @@ func (h *Hooks) sync(ctx context.Context, hook string, body []byte, ex *Exchange
 		return nil, err
 	}
 	if err := req.Validate(); err != nil {
-		return nil, &httpx.Error{Code: http.StatusBadRequest, Message: hook + " request: " + err.Error(), Err: err}
+		return nil, httpx.Wrap(http.StatusBadRequest, err, "%s request", hook)
 	}
 	p, err := decodeParent(req.Parent)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/go-chi/chi/v5"
 )
@@ -27,7 +28,7 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
-	if e.Err != nil {
+	if e.Err != nil && !strings.HasSuffix(e.Message, e.Err.Error()) {
 		return e.Message + ": " + e.Err.Error()
 	}
 	return e.Message
@@ -38,6 +39,12 @@ func (e *Error) Unwrap() error { return e.Err }
 // Errorf builds an Error whose message is shown to the client.
 func Errorf(code int, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// Wrap builds an Error for a cause the client may see: the message is the formatted text,
+// ": ", and err's text, and err stays reachable with errors.Is and errors.As.
+func Wrap(code int, err error, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...) + ": " + err.Error(), Err: err}
 }
 
 // HandlerFunc is an HTTP handler that returns its error instead of writing it.
@@ -140,7 +147,7 @@ func DecodeJSON(b []byte, v any, what string) error {
 			}
 			return Errorf(http.StatusBadRequest, "%s: field %s: got JSON %s, want %s", what, field, typ.Value, typ.Type)
 		default:
-			return Errorf(http.StatusBadRequest, "%s: %s", what, err.Error())
+			return Wrap(http.StatusBadRequest, err, "%s", what)
 		}
 	}
 	return nil
