@@ -59,14 +59,15 @@ bench:
 bench-probes:
 	PROBE_BENCH_SECONDS=$${PROBE_BENCH_SECONDS:-60} $(GO) test -run '^$$' -bench BenchmarkProbeScheduler -benchtime 1x -timeout 10m ./health/
 
-# ## bench-discovery: lease+release over loopback HTTP, and the lease index (about 40 s)
-bench-discovery: lease+release cycles over loopback HTTP (64 clients, 1,000 and 10,000
-# proxies) against no-op handlers on the same server, then the index against a fleet scan
-# (about 40 s in all).
-## bench-discovery: lease+release over loopback HTTP, and the lease index (about 40 s)
+# bench-discovery: lease+release cycles over loopback HTTP (64 clients, 1,000 and 10,000
+# proxies) on the in-memory store and on the Redis store (a local redis-server) against no-op
+# handlers on the same server; then 2 `proxy-operator discovery` processes sharing one Redis;
+# then the index against a fleet scan and the two stores under 64 goroutines without HTTP
+# (about 2 minutes in all; needs redis-server).
+## bench-discovery: lease+release over loopback HTTP on the in-memory and the Redis store, 2 discovery processes on one Redis, the lease index (about 2 min; needs redis-server)
 bench-discovery:
-	$(GO) test -run '^$$' -bench BenchmarkDiscoveryLease -benchtime 3x ./server/discovery/
-	$(GO) test -run '^$$' -bench BenchmarkAcquireRelease -benchtime 1s ./lease/
+	$(GO) test -run '^$$' -bench 'BenchmarkDiscoveryLease|BenchmarkDiscoveryRedisReplicas' -benchtime 3x -timeout 20m ./server/discovery/
+	$(GO) test -run '^$$' -bench BenchmarkAcquireRelease -benchtime 1s ./lease/ ./lease/redisstore/
 
 # bench-crawl: one crawl job (4,000 URLs over 8 loopback sites, 6 strict; 16 workers; 16 mock
 # proxies) with the random, rotating and leases strategies, each on a fresh operator and farm,

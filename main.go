@@ -19,6 +19,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/proxy-operator/proxy-operator/healthmark"
 	"github.com/proxy-operator/proxy-operator/kube"
 	"github.com/proxy-operator/proxy-operator/netpolicy"
@@ -41,6 +43,8 @@ type subcommand struct {
 var subcommands = map[string]subcommand{
 	"replay": {usage: replay.CommandUsage, summary: "replay captured or committed hook fixtures through the real router and compare with their goldens",
 		run: func(_ context.Context, args []string, stdout, _ io.Writer) error { return replay.Command(args, stdout) }},
+	"discovery": {usage: "proxy-operator discovery -lease-store redis://HOST:PORT [flags]\n\tserve only the discovery API, from the Redis an operator fills (any number of replicas)",
+		run: runDiscovery},
 }
 
 // usage writes -h's text: the description, the synopses, the environment and the flags.
@@ -105,6 +109,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Float64Var(&c.KubeQPS, "kube-api-qps", kube.DefaultQPS, "requests per second the operator's Kubernetes client may make (GC lists, health annotations, events)")
 	fs.IntVar(&c.KubeBurst, "kube-api-burst", kube.DefaultBurst, "burst of the operator's Kubernetes client")
 	fs.Float64Var(&c.HealthMarkQPS, "health-mark-qps", healthmark.DefaultQPS, "health annotation patches per second (each makes Metacontroller sync that Proxy at once)")
+	fs.StringVar(&c.LeaseStore, "lease-store", "", leaseStoreUsage+"; empty: in memory")
+	fs.StringVar(&c.LeaseStorePasswordFile, "lease-store-password-file", "", leaseStorePasswordUsage)
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}
@@ -129,6 +135,63 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	c.DiscoveryToken = os.Getenv("DISCOVERY_TOKEN")
 	return o, nil
+}
+
+const (
+	leaseStoreUsage         = "Redis URL (redis://host:port[/db], rediss:// for TLS) that keeps leases, cooldowns and sessions and receives the fleet for discovery replicas"
+	leaseStorePasswordUsage = "file holding the Redis password (a mounted Secret; wins over the URL's; a missing file means none)"
+)
+
+// runDiscovery is the discovery subcommand: the discovery API alone, served from Redis.
+func runDiscovery(ctx context.Context, args []string, _, stderr io.Writer) error {
+	fs := flag.NewFlagSet("proxy-operator discovery", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c := operator.DiscoveryDefaults()
+	var level, format string
+	fs.StringVar(&c.DiscoveryAddr, "discovery-addr", c.DiscoveryAddr, "listen address of the discovery and lease API")
+	fs.StringVar(&c.DiscoveryTokenFile, "discovery-token-file", "", "file of discovery API tokens: one per line, or scoped YAML (wins over DISCOVERY_TOKEN); without a token it does not start")
+	fs.BoolVar(&c.DiscoveryInsecure, "discovery-insecure", false, "serve the discovery API without a token (only on a trusted address such as 127.0.0.1)")
+	fs.StringVar(&c.LeaseStore, "lease-store", "", leaseStoreUsage+" (required)")
+	fs.StringVar(&c.LeaseStorePasswordFile, "lease-store-password-file", "", leaseStorePasswordUsage)
+	fs.DurationVar(&c.LeaseMaxTTL, "lease-max-ttl", c.LeaseMaxTTL, "longest lease TTL a client may ask for")
+	fs.DurationVar(&c.LeaseCooldown, "lease-cooldown", c.LeaseCooldown, "cooldown of a proxy for a target after a rate_limited report (same as the operator's)")
+	fs.DurationVar(&c.LeaseBanCooldown, "lease-ban-cooldown", c.LeaseBanCooldown, "cooldown of a proxy for a target after a banned report (same as the operator's)")
+	fs.DurationVar(&c.LeaseMaxCooldown, "lease-max-cooldown", c.LeaseMaxCooldown, "cap of a cooldown grown by repeated reports (same as the operator's)")
+	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", c.ShutdownGrace, "time allowed for in-flight requests at shutdown")
+	fs.StringVar(&level, "log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&format, "log-format", "json", "log format: json or text")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	o := options{logFormat: format}
+	if err := o.logLevel.UnmarshalText([]byte(level)); err != nil {
+		return fmt.Errorf("-log-level: %w", err)
+	}
+	if format != "json" && format != "text" {
+		return fmt.Errorf("-log-format %q: want json or text", format)
+	}
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	c.DiscoveryToken = os.Getenv("DISCOVERY_TOKEN")
+	c.Log = newLogger(o, stderr)
+	redis.SetLogger(redisLog{c.Log.With("component", "redis-client")})
+	d, err := operator.NewDiscovery(c)
+	if err != nil {
+		return err
+	}
+	return d.Run(ctx)
+}
+
+// redisLog routes the Redis client's own messages (dial failures while Redis is out) into the
+// process log instead of bare lines on stderr. It is the client library's one global.
+type redisLog struct{ log *slog.Logger }
+
+func (l redisLog) Printf(_ context.Context, format string, v ...any) {
+	l.log.Warn("redis client", "detail", fmt.Sprintf(format, v...))
 }
 
 func isHelp(arg string) bool {
@@ -231,6 +294,7 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	o.operator.Log = newLogger(o, stderr)
+	redis.SetLogger(redisLog{o.operator.Log.With("component", "redis-client")})
 	op, err := operator.New(o.operator)
 	if err != nil {
 		return err

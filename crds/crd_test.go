@@ -1,18 +1,32 @@
 // Package crds holds the generated CRD YAML and samples; it is a Go package only for its tests,
-// which check the CRD against a real kube-apiserver (etcd + kube-apiserver from KUBEBUILDER_ASSETS).
+// which check the CRD against a real kube-apiserver (etcd + kube-apiserver from KUBEBUILDER_ASSETS,
+// started by envtest) through client-go.
 package crds
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
@@ -21,21 +35,68 @@ import (
 
 const (
 	testNamespace      = "crd-test"
-	proxiesPath        = "/apis/crawl.example.com/v1alpha1/namespaces/" + testNamespace + "/proxies"
 	establishedTimeout = 30 * time.Second
-	mergePatch         = "application/merge-patch+json"
+	testTimeout        = 2 * time.Minute
 )
+
+var proxiesGVR = schema.GroupVersionResource{Group: "crawl.example.com", Version: "v1alpha1", Resource: "proxies"}
+
+// server is a real kube-apiserver with clients for it.
+type server struct {
+	ctx     context.Context
+	kube    kubernetes.Interface
+	ext     apiextensionsclient.Interface
+	proxies dynamic.ResourceInterface // in testNamespace
+	warned  *warnings
+}
+
+// warnings keeps the API server's warning headers (a pruned unknown field is one).
+type warnings struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (w *warnings) HandleWarningHeader(_ int, _ string, text string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.msgs = append(w.msgs, text)
+}
+
+func (w *warnings) take() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := w.msgs
+	w.msgs = nil
+	return out
+}
 
 // TestCRDOnAPIServer applies crds/ to a real kube-apiserver and checks what only it can check:
 // the schema and CEL rules accept the samples and reject each bad spec with the intended
 // message, defaults land as documented, immutability holds on update, printer columns resolve
 // and status is a subresource.
 func TestCRDOnAPIServer(t *testing.T) {
-	s := apiservertest.Start(t)
+	cfg := apiservertest.Start(t)
+	warned := &warnings{}
+	cfg.WarningHandler = warned
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ext, err := apiextensionsclient.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &server{ctx: ctx, kube: kube, ext: ext, proxies: dyn.Resource(proxiesGVR).Namespace(testNamespace), warned: warned}
 	applyCRDs(t, s)
-	s.Must(t, http.StatusCreated, http.MethodPost, "/api/v1/namespaces", map[string]any{
-		"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": testNamespace},
-	}, "")
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testNamespace}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 
 	t.Run("good samples are accepted and defaulted", func(t *testing.T) { testSamples(t, s) })
 	t.Run("defaults as documented", func(t *testing.T) { testDefaults(t, s) })
@@ -45,61 +106,48 @@ func TestCRDOnAPIServer(t *testing.T) {
 }
 
 // applyCRDs creates every CRD in this folder and waits until each is Established and served.
-func applyCRDs(t *testing.T, s *apiservertest.Server) {
+func applyCRDs(t *testing.T, s *server) {
 	t.Helper()
 	files, err := filepath.Glob("*.yaml")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no CRD YAML in crds/ (%v)", err)
 	}
 	for _, f := range files {
-		body := yamlFileToJSON(t, f)
-		var crd struct {
-			Metadata struct {
-				Name string `json:"name"`
-			} `json:"metadata"`
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		if err := yaml.UnmarshalStrict(yamlFileToJSON(t, f), crd); err != nil {
+			t.Fatalf("%s: %v", f, err)
 		}
-		if err := json.Unmarshal(body, &crd); err != nil {
-			t.Fatal(err)
+		if _, err := s.ext.ApiextensionsV1().CustomResourceDefinitions().Create(s.ctx, crd, metav1.CreateOptions{FieldValidation: metav1.FieldValidationStrict}); err != nil {
+			t.Fatalf("create %s: %v", f, err)
 		}
-		s.Must(t, http.StatusCreated, http.MethodPost, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body, "")
-		deadline := time.Now().Add(establishedTimeout)
-		for {
-			b := s.Must(t, http.StatusOK, http.MethodGet, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"+crd.Metadata.Name, nil, "")
-			var got struct {
-				Status struct {
-					Conditions []struct{ Type, Status, Message string } `json:"conditions"`
-				} `json:"status"`
-			}
-			if err := json.Unmarshal(b, &got); err != nil {
-				t.Fatal(err)
+		ctx, cancel := context.WithTimeout(s.ctx, establishedTimeout)
+		err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+			got, err := s.ext.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd.Name, metav1.GetOptions{})
+			if err != nil {
+				return false, err
 			}
 			established := false
 			for _, c := range got.Status.Conditions {
-				if c.Type == "NonStructuralSchema" && c.Status == "True" {
-					t.Fatalf("%s: non-structural schema: %s", f, c.Message)
+				if c.Type == apiextensionsv1.NonStructuralSchema && c.Status == apiextensionsv1.ConditionTrue {
+					return false, fmt.Errorf("%s: non-structural schema: %s", f, c.Message)
 				}
-				established = established || (c.Type == "Established" && c.Status == "True")
+				established = established || (c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue)
 			}
-			if established {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s not Established after %s: %s", crd.Metadata.Name, establishedTimeout, b)
-			}
-			time.Sleep(100 * time.Millisecond)
+			return established, nil
+		})
+		cancel()
+		if err != nil {
+			t.Fatalf("%s not Established: %v", crd.Name, err)
 		}
 	}
 	// Established can precede the discovery of the new resource by a moment.
-	deadline := time.Now().Add(establishedTimeout)
-	for {
-		code, _, err := s.Do(http.MethodGet, "/apis/crawl.example.com/v1alpha1/proxies", nil, "")
-		if err == nil && code == http.StatusOK {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("proxies not served after %s: %d %v", establishedTimeout, code, err)
-		}
-		time.Sleep(100 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(s.ctx, establishedTimeout)
+	defer cancel()
+	if err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		_, err := s.proxies.List(ctx, metav1.ListOptions{})
+		return err == nil, nil
+	}); err != nil {
+		t.Fatalf("proxies not served: %v", err)
 	}
 }
 
@@ -116,8 +164,9 @@ func yamlFileToJSON(t *testing.T, path string) []byte {
 	return j
 }
 
-// create posts obj (moved into the test namespace) and returns the answer's code and body.
-func create(t *testing.T, s *apiservertest.Server, obj map[string]any) (int, []byte) {
+// create creates obj (moved into the test namespace) and returns the Proxy as stored, or the
+// server's refusal.
+func create(t *testing.T, s *server, obj map[string]any) (v1.Proxy, error) {
 	t.Helper()
 	meta, _ := obj["metadata"].(map[string]any)
 	if meta == nil {
@@ -125,15 +174,48 @@ func create(t *testing.T, s *apiservertest.Server, obj map[string]any) (int, []b
 		obj["metadata"] = meta
 	}
 	meta["namespace"] = testNamespace
-	code, b, err := s.Do(http.MethodPost, proxiesPath, obj, "")
+	got, err := s.proxies.Create(s.ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{})
+	if err != nil {
+		return v1.Proxy{}, err
+	}
+	return decodeProxy(t, got), nil
+}
+
+// mustCreate is create for objects the schema must accept.
+func mustCreate(t *testing.T, s *server, obj map[string]any) v1.Proxy {
+	t.Helper()
+	p, err := create(t, s, obj)
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	return p
+}
+
+// mergePatch sends a JSON merge patch to the Proxy (or to its subresource).
+func mergePatch(t *testing.T, s *server, name, patch string, subresource ...string) (v1.Proxy, error) {
+	t.Helper()
+	got, err := s.proxies.Patch(s.ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}, subresource...)
+	if err != nil {
+		return v1.Proxy{}, err
+	}
+	return decodeProxy(t, got), nil
+}
+
+func getProxy(t *testing.T, s *server, name string) *unstructured.Unstructured {
+	t.Helper()
+	got, err := s.proxies.Get(s.ctx, name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return code, b
+	return got
 }
 
-func decodeProxy(t *testing.T, b []byte) v1.Proxy {
+func decodeProxy(t *testing.T, u *unstructured.Unstructured) v1.Proxy {
 	t.Helper()
+	b, err := u.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
 	var p v1.Proxy
 	if err := json.Unmarshal(b, &p); err != nil {
 		t.Fatalf("decode Proxy: %v\n%s", err, b)
@@ -141,11 +223,30 @@ func decodeProxy(t *testing.T, b []byte) v1.Proxy {
 	return p
 }
 
+// wantInvalid fails unless err is the API server's 422 and its message holds every wanted
+// substring (the field path and the rule's message).
+func wantInvalid(t *testing.T, err error, want []string) {
+	t.Helper()
+	if !apierrors.IsInvalid(err) {
+		t.Fatalf("err = %v, want 422 Invalid", err)
+	}
+	msg := err.Error()
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		msg = status.Status().Message
+	}
+	for _, w := range want {
+		if !strings.Contains(msg, w) {
+			t.Errorf("message %q lacks %q", msg, w)
+		}
+	}
+}
+
 func int32p(v int32) *int32 { return &v }
 
 // testSamples creates every sample in samples/ and checks the server's defaulting equals the Go
 // Default() applied to the sample: the two must never drift apart.
-func testSamples(t *testing.T, s *apiservertest.Server) {
+func testSamples(t *testing.T, s *server) {
 	files, err := filepath.Glob("samples/*.yaml")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no samples in crds/samples (%v)", err)
@@ -157,9 +258,9 @@ func testSamples(t *testing.T, s *apiservertest.Server) {
 			if err := json.Unmarshal(raw, &obj); err != nil {
 				t.Fatal(err)
 			}
-			code, b := create(t, s, obj)
-			if code != http.StatusCreated {
-				t.Fatalf("sample rejected: %d %s", code, b)
+			got, err := create(t, s, obj)
+			if err != nil {
+				t.Fatalf("sample rejected: %v", err)
 			}
 			var sample v1.Proxy
 			if err := json.Unmarshal(raw, &sample); err != nil {
@@ -167,7 +268,6 @@ func testSamples(t *testing.T, s *apiservertest.Server) {
 			}
 			want := sample.Spec
 			want.Default()
-			got := decodeProxy(t, b)
 			if diff := cmp.Diff(want, got.Spec); diff != "" {
 				t.Errorf("server-defaulted spec differs from Go's Default() (-want +got):\n%s", diff)
 			}
@@ -176,12 +276,8 @@ func testSamples(t *testing.T, s *apiservertest.Server) {
 }
 
 // testDefaults pins the documented default values themselves, not just their agreement with Go.
-func testDefaults(t *testing.T, s *apiservertest.Server) {
-	code, b := create(t, s, managed("defaults"))
-	if code != http.StatusCreated {
-		t.Fatalf("create: %d %s", code, b)
-	}
-	got := decodeProxy(t, b).Spec
+func testDefaults(t *testing.T, s *server) {
+	got := mustCreate(t, s, managed("defaults")).Spec
 	want := v1.ProxySpec{
 		Mode:      v1.ModeManaged,
 		Provider:  "mock",
@@ -203,11 +299,7 @@ func testDefaults(t *testing.T, s *apiservertest.Server) {
 	// An explicit zero is kept, not defaulted: maxLeases 0 means "list but never lease".
 	obj := managed("zero-leases")
 	spec(obj)["maxLeases"] = 0
-	code, b = create(t, s, obj)
-	if code != http.StatusCreated {
-		t.Fatalf("create: %d %s", code, b)
-	}
-	if got := decodeProxy(t, b).Spec.MaxLeases; got == nil || *got != 0 {
+	if got := mustCreate(t, s, obj).Spec.MaxLeases; got == nil || *got != 0 {
 		t.Errorf("maxLeases 0 became %v", got)
 	}
 }
@@ -232,7 +324,7 @@ func external(name string) map[string]any {
 
 func spec(obj map[string]any) map[string]any { return obj["spec"].(map[string]any) }
 
-func testRejections(t *testing.T, s *apiservertest.Server) {
+func testRejections(t *testing.T, s *server) {
 	const (
 		providerRule = "provider is required when mode is Managed and must be empty when mode is External"
 		endpointRule = "endpoint is required when mode is External and must be absent when mode is Managed"
@@ -293,32 +385,19 @@ func testRejections(t *testing.T, s *apiservertest.Server) {
 			obj := tt.obj
 			obj["metadata"] = map[string]any{"name": fmt.Sprintf("bad-%d", i)}
 			tt.edit(spec(obj))
-			code, b := create(t, s, obj)
-			if code != http.StatusUnprocessableEntity {
-				t.Fatalf("status %d, want 422: %s", code, b)
-			}
-			st, err := apiservertest.DecodeStatus(b)
-			if err != nil {
-				t.Fatalf("%v: %s", err, b)
-			}
-			for _, w := range tt.want {
-				if !strings.Contains(st.Message, w) {
-					t.Errorf("message %q lacks %q", st.Message, w)
-				}
-			}
+			_, err := create(t, s, obj)
+			wantInvalid(t, err, tt.want)
 		})
 	}
 }
 
-func testImmutability(t *testing.T, s *apiservertest.Server) {
-	code, b := create(t, s, managed("immutable"))
-	if code != http.StatusCreated {
-		t.Fatalf("create: %d %s", code, b)
-	}
-	path := proxiesPath + "/immutable"
+func testImmutability(t *testing.T, s *server) {
+	mustCreate(t, s, managed("immutable"))
 
 	// A mutable field changes: the rules below reject the field, not every update.
-	s.Must(t, http.StatusOK, http.MethodPatch, path, []byte(`{"spec":{"attributes":{"geo":"eu"},"maxLeases":9}}`), mergePatch)
+	if _, err := mergePatch(t, s, "immutable", `{"spec":{"attributes":{"geo":"eu"},"maxLeases":9}}`); err != nil {
+		t.Fatalf("patch a mutable field: %v", err)
+	}
 
 	tests := []struct {
 		name  string
@@ -330,51 +409,44 @@ func testImmutability(t *testing.T, s *apiservertest.Server) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			code, b, err := s.Do(http.MethodPatch, path, []byte(tt.patch), mergePatch)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if code != http.StatusUnprocessableEntity {
-				t.Fatalf("status %d, want 422: %s", code, b)
-			}
-			st, err := apiservertest.DecodeStatus(b)
-			if err != nil {
-				t.Fatalf("%v: %s", err, b)
-			}
-			for _, w := range tt.want {
-				if !strings.Contains(st.Message, w) {
-					t.Errorf("message %q lacks %q", st.Message, w)
-				}
-			}
+			_, err := mergePatch(t, s, "immutable", tt.patch)
+			wantInvalid(t, err, tt.want)
 		})
 	}
-	got := decodeProxy(t, s.Must(t, http.StatusOK, http.MethodGet, path, nil, ""))
+	got := decodeProxy(t, getProxy(t, s, "immutable"))
 	if got.Spec.Mode != v1.ModeManaged || got.Spec.Provider != "mock" || *got.Spec.MaxLeases != 9 {
 		t.Errorf("after the rejected updates: mode %q provider %q maxLeases %d, want Managed mock 9", got.Spec.Mode, got.Spec.Provider, *got.Spec.MaxLeases)
 	}
 }
 
-func testStatusAndColumns(t *testing.T, s *apiservertest.Server) {
-	code, b := create(t, s, managed("with-status"))
-	if code != http.StatusCreated {
-		t.Fatalf("create: %d %s", code, b)
-	}
-	path := proxiesPath + "/with-status"
-	created := decodeProxy(t, b)
+func testStatusAndColumns(t *testing.T, s *server) {
+	const name = "with-status"
+	created := mustCreate(t, s, managed(name))
 
 	// Status written on the main resource is ignored.
-	b = s.Must(t, http.StatusOK, http.MethodPatch, path, []byte(`{"status":{"phase":"Failed"}}`), mergePatch)
-	if got := decodeProxy(t, b).Status.Phase; got != "" {
-		t.Errorf("status via the main resource was kept: phase %q", got)
+	got, err := mergePatch(t, s, name, `{"status":{"phase":"Failed"}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.Phase != "" {
+		t.Errorf("status via the main resource was kept: phase %q", got.Status.Phase)
 	}
 
-	// Status written via /status lands; a spec change in the same write is ignored.
+	// Status written via /status lands; a spec change in the same write is ignored. The patch
+	// carries no fieldValidation, like Metacontroller's status writes, so the unknown field is
+	// pruned (with a warning) rather than refused.
 	status := `{"phase":"Ready","ip":"192.0.2.7","providerID":"mock-1","specHash":"abc",` +
 		`"conditions":[{"type":"Healthy","status":"True","reason":"ProbeSucceeded","message":"ok","lastTransitionTime":"2026-01-02T03:04:05Z"},` +
 		`{"type":"Provisioned","status":"True","reason":"Running","message":"","lastTransitionTime":"2026-01-02T03:04:05Z"}],` +
 		`"observedGeneration":1,"latencyMillis":42,"lastHealthCheckTime":"2026-01-02T03:04:05Z","unknownField":"pruned"}`
-	b = s.Must(t, http.StatusOK, http.MethodPatch, path+"/status", []byte(`{"spec":{"maxLeases":77},"status":`+status+`}`), mergePatch)
-	got := decodeProxy(t, b)
+	s.warned.take()
+	got, err = mergePatch(t, s, name, `{"spec":{"maxLeases":77},"status":`+status+`}`, "status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{`unknown field "status.unknownField"`}, s.warned.take()); diff != "" {
+		t.Errorf("warnings of the status write (-want +got):\n%s", diff)
+	}
 	if got.Status.Phase != v1.PhaseReady || got.Status.IP != "192.0.2.7" || got.Status.LatencyMillis != 42 || len(got.Status.Conditions) != 2 {
 		t.Errorf("status after /status write = %+v", got.Status)
 	}
@@ -384,25 +456,23 @@ func testStatusAndColumns(t *testing.T, s *apiservertest.Server) {
 	if got.Generation != created.Generation {
 		t.Errorf("generation moved from %d to %d on a status write", created.Generation, got.Generation)
 	}
-	var raw struct {
-		Status map[string]any `json:"status"`
-	}
-	if err := json.Unmarshal(s.Must(t, http.StatusOK, http.MethodGet, path, nil, ""), &raw); err != nil {
-		t.Fatal(err)
-	}
-	if _, kept := raw.Status["unknownField"]; kept {
-		t.Errorf("an undeclared status field was stored: %v", raw.Status)
+	raw, _, _ := unstructured.NestedMap(getProxy(t, s, name).Object, "status")
+	if _, kept := raw["unknownField"]; kept {
+		t.Errorf("an undeclared status field was stored: %v", raw)
 	}
 	for _, f := range []string{"phase", "ip", "providerID", "specHash", "conditions", "observedGeneration", "latencyMillis", "lastHealthCheckTime"} {
-		if _, ok := raw.Status[f]; !ok {
+		if _, ok := raw[f]; !ok {
 			t.Errorf("status.%s was pruned: every field the operator writes must be declared", f)
 		}
 	}
 
 	// Printer columns, as kubectl get asks for them.
-	code, tb, err := s.DoAccept(http.MethodGet, path, "application/json;as=Table;v=v1;g=meta.k8s.io")
-	if err != nil || code != http.StatusOK {
-		t.Fatalf("table: %d %v %s", code, err, tb)
+	tb, err := s.kube.CoreV1().RESTClient().Get().
+		AbsPath("/apis", proxiesGVR.Group, proxiesGVR.Version, "namespaces", testNamespace, proxiesGVR.Resource, name).
+		SetHeader("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io").
+		DoRaw(s.ctx)
+	if err != nil {
+		t.Fatalf("table: %v %s", err, tb)
 	}
 	var table struct {
 		ColumnDefinitions []struct {

@@ -25,6 +25,9 @@ var (
 	// ErrTooManyCooldowns is wrapped by *TooManyCooldownsError when a report would start a
 	// cooldown beyond the store's bound.
 	ErrTooManyCooldowns = errors.New("too many cooldowns")
+	// ErrUnavailable is wrapped by a shared store's errors when its backend cannot be reached
+	// or does not answer in time: the request may be retried, nothing was decided.
+	ErrUnavailable = errors.New("lease store unavailable")
 )
 
 // Default bounds on remembered cooldowns (see Store.Report).
@@ -50,8 +53,8 @@ func (e *TooManyCooldownsError) Error() string {
 
 func (e *TooManyCooldownsError) Unwrap() error { return ErrTooManyCooldowns }
 
-// Store holds leases and cooldowns. The in-memory Memory is the only implementation; the
-// interface is here so a shared store (CRD, Redis) can replace it without touching handlers.
+// Store holds leases and cooldowns. Memory is the embedded default; lease/redisstore is the
+// shared store that any number of discovery replicas use at once.
 type Store interface {
 	// Acquire leases the best proxy for the request or returns a *NoMatchError.
 	Acquire(ctx context.Context, r Request) (Lease, error)
@@ -71,11 +74,13 @@ type Store interface {
 	// pairs stop counting at once, whether or not they have been reaped yet. Expiry must not
 	// cost O(all entries) under a lock held by Acquire.
 	Report(ctx context.Context, id string, r Report) (Cooldown, error)
-	// ActiveCount is the number of live leases.
-	ActiveCount() int
-	// ActiveByProxy is the number of live leases per proxy key (proxies without leases absent).
-	ActiveByProxy() map[string]int
-	// Run expires leases, cooldowns and sessions and follows the fleet until ctx ends.
+	// Count is the number of live leases. A shared store can fail to answer (ErrUnavailable).
+	Count(ctx context.Context) (int, error)
+	// Active is the number of live leases per proxy key (proxies without leases absent).
+	Active(ctx context.Context) (map[string]int, error)
+	// Run does the store's housekeeping until ctx ends. For Memory it is what keeps the index
+	// following the fleet; for a shared store, where every replica runs it and every call
+	// expires what is due, it only keeps an idle store tidy: correctness never waits on it.
 	Run(ctx context.Context) error
 }
 

@@ -478,7 +478,13 @@ func cooldownFor(r Report, base time.Duration, strikes int, maxCooldown time.Dur
 	return min(max(d, r.RetryAfter), maxCooldown)
 }
 
-// ActiveCount implements Store.
+// Count implements Store; it never fails.
+func (m *Memory) Count(context.Context) (int, error) { return m.ActiveCount(), nil }
+
+// Active implements Store; it never fails.
+func (m *Memory) Active(context.Context) (map[string]int, error) { return m.ActiveByProxy(), nil }
+
+// ActiveCount is the number of live leases.
 func (m *Memory) ActiveCount() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -486,7 +492,7 @@ func (m *Memory) ActiveCount() int {
 	return len(m.leases)
 }
 
-// ActiveByProxy implements Store.
+// ActiveByProxy is the number of live leases per proxy key (proxies without leases absent).
 func (m *Memory) ActiveByProxy() map[string]int {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -43,6 +44,7 @@ func Decide(in Input) Decision {
 	if d.st.Phase == "" {
 		d.st.Phase = v1.PhasePending
 	}
+	d.readiness()
 	d.foreignCondition()
 	d.out.Status = d.st
 	return d.out
@@ -130,7 +132,7 @@ func (d *decider) syncManaged() {
 	desired := SpecHash(spec, in.CloudInit)
 	inst := in.Instance
 	if inst == nil {
-		if d.prev.Phase == v1.PhaseFailed && d.prev.SpecHash == desired && d.prevReason() == ReasonPermanentError {
+		if d.prev.Phase == v1.PhaseFailed && d.prev.SpecHash == desired && d.prevCreateRefused() {
 			// Permanent failure: no retries until the spec (hence the hash) changes.
 			d.keepProvisioned()
 			d.healthCondition(false)
@@ -353,15 +355,24 @@ func (d *decider) finalizeManaged() {
 }
 
 func (d *decider) createRequest(hash string) providers.CreateRequest {
-	p := d.in.Proxy
+	return newCreateRequest(d.in.Proxy, hash, d.in.CloudInit)
+}
+
+// CreateRequest is the request Decide makes to create p's machine with that cloud-init (spec
+// defaulted), so the hook can ask a provider about it before observing.
+func CreateRequest(p *v1.Proxy, cloudInit string) providers.CreateRequest {
+	return newCreateRequest(p, SpecHash(&p.Spec, cloudInit), cloudInit)
+}
+
+func newCreateRequest(p *v1.Proxy, hash, cloudInit string) providers.CreateRequest {
 	req := providers.CreateRequest{
-		Name:      providers.InstanceName(string(p.UID)),
+		Name:      providers.InstanceName(string(p.UID), hash),
 		OwnerUID:  string(p.UID),
 		SpecHash:  hash,
 		Namespace: p.Namespace,
 		ProxyName: p.Name,
 		Port:      p.Spec.Port,
-		CloudInit: d.in.CloudInit,
+		CloudInit: cloudInit,
 	}
 	if pl := p.Spec.Placement; pl != nil {
 		req.Region, req.Zone, req.MachineType, req.Image = pl.Region, pl.Zone, pl.MachineType, pl.Image
@@ -454,6 +465,15 @@ func (d *decider) prevReason() string {
 	return ""
 }
 
+// prevCreateRefused says the status records a Create the provider refused as permanent. Only
+// that holds a Proxy in Failed until its spec changes: a permanent error from an observation
+// (a Get, a lookup by tags) says nothing about the spec, so the next sync simply asks again.
+// The status is the decision's only memory; the message names the operation that failed.
+func (d *decider) prevCreateRefused() bool {
+	c := findCondition(d.prev.Conditions, v1.ConditionProvisioned)
+	return c != nil && c.Reason == ReasonPermanentError && strings.HasPrefix(c.Message, string(ActionCreate)+": ")
+}
+
 func (d *decider) provisioned(status metav1.ConditionStatus, reason, msg string) {
 	d.setCondition(v1.ConditionProvisioned, status, reason, msg)
 }
@@ -484,7 +504,16 @@ func findCondition(cs []metav1.Condition, typ string) *metav1.Condition {
 	return nil
 }
 
-// upsert replaces or appends c, keeping Provisioned before Healthy.
+// conditionOrder is the order conditions appear in, whatever order they were set in, so the
+// same status is always the same bytes.
+var conditionOrder = map[string]int{
+	v1.ConditionProvisioned: 0,
+	v1.ConditionHealthy:     1,
+	v1.ConditionReady:       2,
+	v1.ConditionStalled:     3,
+}
+
+// upsert replaces c, or inserts it at its place in conditionOrder.
 func upsert(cs []metav1.Condition, c metav1.Condition) []metav1.Condition {
 	for i := range cs {
 		if cs[i].Type == c.Type {
@@ -492,11 +521,51 @@ func upsert(cs []metav1.Condition, c metav1.Condition) []metav1.Condition {
 			return cs
 		}
 	}
-	cs = append(cs, c)
-	if len(cs) == 2 && cs[0].Type == v1.ConditionHealthy {
-		cs[0], cs[1] = cs[1], cs[0]
+	rank := func(typ string) int {
+		if r, ok := conditionOrder[typ]; ok {
+			return r
+		}
+		return len(conditionOrder)
 	}
-	return cs
+	i := len(cs)
+	for i > 0 && rank(cs[i-1].Type) > rank(c.Type) {
+		i--
+	}
+	return slices.Insert(cs, i, c)
+}
+
+// readiness derives Ready, and Stalled, from the phase and the other conditions once the rest
+// of the status is decided. Ready is True iff the phase is Ready; otherwise its reason and
+// message are those of what holds the proxy back: the Provisioned condition if it is not True,
+// else the Healthy one. Stalled is present only while the phase is Failed. Both keep their
+// transition time while their status holds, like every condition here.
+func (d *decider) readiness() {
+	d.st.Conditions = slices.DeleteFunc(d.st.Conditions, func(c metav1.Condition) bool {
+		return c.Type == v1.ConditionReady || c.Type == v1.ConditionStalled
+	})
+	if d.st.Phase == v1.PhaseReady {
+		d.setCondition(v1.ConditionReady, metav1.ConditionTrue, ReasonProbeSucceeded, "the proxy is running and the probe through it succeeded")
+		return
+	}
+	reason, msg := d.heldBackBy()
+	d.setCondition(v1.ConditionReady, metav1.ConditionFalse, reason, msg)
+	if d.st.Phase == v1.PhaseFailed {
+		d.setCondition(v1.ConditionStalled, metav1.ConditionTrue, reason, msg)
+	}
+}
+
+// heldBackBy names what keeps a proxy that is not Ready from being Ready.
+func (d *decider) heldBackBy() (reason, msg string) {
+	if d.st.Phase == v1.PhaseDeleting {
+		return ReasonDeleting, "the proxy is being deleted"
+	}
+	for _, typ := range []string{v1.ConditionProvisioned, v1.ConditionHealthy} {
+		if c := findCondition(d.st.Conditions, typ); c != nil && c.Status != metav1.ConditionTrue {
+			return c.Reason, c.Message
+		}
+	}
+	// Not reached by any status Decide writes today; a phase is always a valid reason.
+	return string(d.st.Phase), "phase " + string(d.st.Phase)
 }
 
 // RecordedHealth reads back the health a status last recorded, so a restarted prober can start

@@ -36,7 +36,7 @@ func externalProxy() *v1.Proxy {
 }
 
 func running(p *v1.Proxy) *providers.Instance {
-	name := providers.InstanceName(string(p.UID))
+	name := providers.InstanceName(string(p.UID), lifecycle.SpecHash(&p.Spec, ""))
 	return &providers.Instance{ID: "mock://" + name, Name: name, State: providers.StateRunning, IP: "127.1.2.3",
 		OwnerUID: string(p.UID), SpecHash: lifecycle.SpecHash(&p.Spec, "")}
 }
@@ -162,7 +162,14 @@ func TestActions(t *testing.T) {
 	provisioning.State, provisioning.IP = providers.StateProvisioning, ""
 	failed := managedProxy("a")
 	failed.Status = v1.ProxyStatus{Phase: v1.PhaseFailed, SpecHash: lifecycle.SpecHash(&failed.Spec, ""),
-		Conditions: []metav1.Condition{{Type: v1.ConditionProvisioned, Status: metav1.ConditionFalse, Reason: lifecycle.ReasonPermanentError}}}
+		Conditions: []metav1.Condition{{Type: v1.ConditionProvisioned, Status: metav1.ConditionFalse, Reason: lifecycle.ReasonPermanentError,
+			Message: "Create: mock create: permanent provider error"}}}
+	// The same Failed status left by an observation (a lookup by tags that failed as
+	// permanent) holds nothing back: the spec was never refused.
+	observeFailed := managedProxy("a")
+	observeFailed.Status = failed.Status
+	observeFailed.Status.Conditions = []metav1.Condition{{Type: v1.ConditionProvisioned, Status: metav1.ConditionFalse, Reason: lifecycle.ReasonPermanentError,
+		Message: "observe: mock list: permanent provider error"}}
 	type want struct {
 		Kind       lifecycle.ActionKind
 		Phase      v1.ProxyPhase
@@ -186,6 +193,8 @@ func TestActions(t *testing.T) {
 			want{Kind: lifecycle.ActionDelete, Phase: v1.PhaseProvisioning, Reason: lifecycle.ReasonInstanceLost, ProviderID: lost.ID}},
 		{"permanent failure, same spec: nothing", lifecycle.Input{Proxy: failed, ProviderKnown: true},
 			want{Phase: v1.PhaseFailed, Reason: lifecycle.ReasonPermanentError}},
+		{"permanent observe failure, same spec: create", lifecycle.Input{Proxy: observeFailed, ProviderKnown: true},
+			want{Kind: lifecycle.ActionCreate, Phase: v1.PhaseProvisioning, Reason: lifecycle.ReasonCreating}},
 		{"finalize, instance exists: delete", lifecycle.Input{Proxy: m, ProviderKnown: true, Finalizing: true, Instance: running(m)},
 			want{Kind: lifecycle.ActionDelete, Phase: v1.PhaseDeleting, Reason: lifecycle.ReasonDeleting, ProviderID: running(m).ID}},
 		{"finalize, gone: finalized", lifecycle.Input{Proxy: m, ProviderKnown: true, Finalizing: true},
@@ -328,5 +337,62 @@ func TestSpecHash(t *testing.T) {
 				t.Errorf("same hash = %v, want %v", got, tc.same)
 			}
 		})
+	}
+}
+
+// TestReadyCondition: Ready is True iff the phase is Ready, names what holds the proxy back
+// otherwise, and its lastTransitionTime moves only when its status does.
+func TestReadyCondition(t *testing.T) {
+	m := managedProxy("a")
+	cond := func(st v1.ProxyStatus, typ string) *metav1.Condition {
+		for i := range st.Conditions {
+			if st.Conditions[i].Type == typ {
+				return &st.Conditions[i]
+			}
+		}
+		return nil
+	}
+	// Provisioning: Ready False since t0, reason Creating.
+	in := lifecycle.Input{Proxy: m, ProviderKnown: true, Now: t0}
+	first := lifecycle.Decide(in)
+	in.Outcome = &lifecycle.Outcome{Action: *first.Action, ProviderID: "mock://x"}
+	st := lifecycle.Decide(in).Status
+	if c := cond(st, v1.ConditionReady); c == nil || c.Status != metav1.ConditionFalse || c.Reason != lifecycle.ReasonCreating || !c.LastTransitionTime.Time.Equal(t0) {
+		t.Fatalf("while creating: Ready = %+v, want False Creating since %s", c, t0)
+	}
+
+	step := func(prev v1.ProxyStatus, at time.Duration, health lifecycle.Health) v1.ProxyStatus {
+		p := *m
+		p.Status = prev
+		return lifecycle.Decide(lifecycle.Input{Proxy: &p, ProviderKnown: true, Instance: running(m), Health: health, Now: t0.Add(at)}).Status
+	}
+	// Running, no verdict yet: still False, new reason, same transition time.
+	st = step(st, time.Minute, lifecycle.Health{})
+	if c := cond(st, v1.ConditionReady); c.Status != metav1.ConditionFalse || c.Reason != lifecycle.ReasonAwaitingProbe || !c.LastTransitionTime.Time.Equal(t0) {
+		t.Errorf("awaiting probe: Ready = %+v, want False AwaitingProbe, time kept at %s", c, t0)
+	}
+	// Healthy: True from now on.
+	st = step(st, 2*time.Minute, healthy)
+	if c := cond(st, v1.ConditionReady); st.Phase != v1.PhaseReady || c.Status != metav1.ConditionTrue || !c.LastTransitionTime.Time.Equal(t0.Add(2*time.Minute)) {
+		t.Errorf("ready: phase %s Ready = %+v, want True since %s", st.Phase, c, t0.Add(2*time.Minute))
+	}
+	steady := mustJSON(t, st)
+	if got := mustJSON(t, step(st, time.Hour, healthy)); got != steady {
+		t.Errorf("steady Ready proxy re-decided an hour later changed:\nwant %s\ngot  %s", steady, got)
+	}
+	// Unhealthy: False, ProbeFailed, now.
+	st = step(st, 3*time.Hour, lifecycle.Health{State: lifecycle.HealthUnhealthy, Since: t0.Add(3 * time.Hour), Reason: "timeout"})
+	if c := cond(st, v1.ConditionReady); c.Status != metav1.ConditionFalse || c.Reason != lifecycle.ReasonProbeFailed || !c.LastTransitionTime.Time.Equal(t0.Add(3*time.Hour)) {
+		t.Errorf("unhealthy: Ready = %+v, want False ProbeFailed since %s", c, t0.Add(3*time.Hour))
+	}
+	if c := cond(st, v1.ConditionStalled); c != nil {
+		t.Errorf("Stalled %+v on an Unhealthy proxy, want it only when Failed", c)
+	}
+	var types []string
+	for _, c := range st.Conditions {
+		types = append(types, c.Type)
+	}
+	if diff := cmp.Diff([]string{v1.ConditionProvisioned, v1.ConditionHealthy, v1.ConditionReady}, types); diff != "" {
+		t.Errorf("condition order (-want +got):\n%s", diff)
 	}
 }

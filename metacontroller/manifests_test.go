@@ -60,20 +60,14 @@ type rendered map[string][]byte
 
 func render(t *testing.T) rendered {
 	t.Helper()
-	bin := kubectl(t)
-	ctx, cancel := context.WithTimeout(context.Background(), renderTimeout)
-	defer cancel()
-	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, bin, "kustomize", ".")
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("kubectl kustomize: %v\n%s", err, stderr.String())
-	}
+	return renderDir(t, ".")
+}
+
+// renderDir renders the kustomization in dir (an overlay such as ../metacontroller-ha).
+func renderDir(t *testing.T, dir string) rendered {
+	t.Helper()
 	out := rendered{}
-	for _, doc := range strings.Split(stdout.String(), "\n---\n") {
-		if strings.TrimSpace(doc) == "" {
-			continue
-		}
+	for _, doc := range renderDocsIn(t, dir) {
 		var meta struct {
 			APIVersion string `json:"apiVersion"`
 			Kind       string `json:"kind"`
@@ -95,6 +89,34 @@ func render(t *testing.T) rendered {
 		out[key] = []byte(doc)
 	}
 	return out
+}
+
+// renderDocs is `kubectl kustomize .`, one YAML document per object, in kustomize's order
+// (namespaces and CRDs first), which is the order kubectl apply -k sends them in.
+func renderDocs(t *testing.T) []string {
+	t.Helper()
+	return renderDocsIn(t, ".")
+}
+
+// renderDocsIn is renderDocs for the kustomization in dir.
+func renderDocsIn(t *testing.T, dir string) []string {
+	t.Helper()
+	bin := kubectl(t)
+	ctx, cancel := context.WithTimeout(context.Background(), renderTimeout)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, bin, "kustomize", dir)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("kubectl kustomize: %v\n%s", err, stderr.String())
+	}
+	var docs []string
+	for _, doc := range strings.Split(stdout.String(), "\n---\n") {
+		if strings.TrimSpace(doc) != "" {
+			docs = append(docs, doc)
+		}
+	}
+	return docs
 }
 
 // get strictly decodes the object of that key into v: an unknown or misspelt field fails.
@@ -138,11 +160,12 @@ type compositeController struct {
 			Resource       string         `json:"resource"`
 			UpdateStrategy map[string]any `json:"updateStrategy"`
 		} `json:"childResources"`
+		// Hook.Version sits beside Webhook (upstream pkg/apis/metacontroller/v1alpha1/types.go).
 		Hooks map[string]struct {
+			Version string `json:"version"`
 			Webhook struct {
 				URL     string `json:"url"`
 				Timeout string `json:"timeout"`
-				Version string `json:"version"`
 			} `json:"webhook"`
 		} `json:"hooks"`
 	} `json:"spec"`
@@ -364,8 +387,8 @@ func TestWiringAgrees(t *testing.T) {
 			if !served["POST "+u.Path] {
 				t.Errorf("%s url path %q is not a POST route of the hook server", name, u.Path)
 			}
-			if wh.Version != "v2" {
-				t.Errorf("%s webhook version = %q, want v2 (the server accepts v2 keys)", name, wh.Version)
+			if v := cc.Spec.Hooks[name].Version; v != "v2" {
+				t.Errorf("%s hook version = %q, want v2 (the server accepts v2 keys)", name, v)
 			}
 		}
 	})
@@ -582,8 +605,13 @@ func TestWiringAgrees(t *testing.T) {
 		}
 	})
 
-	t.Run("RBAC: read proxies, nothing else", func(t *testing.T) {
-		want := []rbacv1.PolicyRule{{APIGroups: []string{"crawl.example.com"}, Resources: []string{"proxies"}, Verbs: []string{"get", "list", "watch"}}}
+	t.Run("RBAC: list, watch and patch proxies, record events, nothing else", func(t *testing.T) {
+		// What these rules grant is checked on a real API server by SubjectAccessReview in
+		// TestKustomizationAppliesToAPIServer.
+		want := []rbacv1.PolicyRule{
+			{APIGroups: []string{"crawl.example.com"}, Resources: []string{"proxies"}, Verbs: []string{"list", "watch", "patch"}},
+			{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+		}
 		if diff := cmp.Diff(want, role.Rules); diff != "" {
 			t.Errorf("ClusterRole rules (-want +got):\n%s", diff)
 		}

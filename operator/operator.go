@@ -90,8 +90,14 @@ type Config struct {
 	LeaseCooldown      time.Duration
 	LeaseBanCooldown   time.Duration
 	LeaseMaxCooldown   time.Duration
-	// LeaseObserve, when set, sees every change of the lease store under its lock (tests).
+	// LeaseObserve, when set, sees every change of the lease store under its lock (tests;
+	// the in-memory store only).
 	LeaseObserve func(lease.Event)
+	// LeaseStore, when set, is the URL of a Redis (redis:// or rediss://) that keeps leases,
+	// cooldowns and sessions, and to which the fleet and health are published for discovery
+	// replicas; empty: the in-memory store. LeaseStorePasswordFile holds its password.
+	LeaseStore             string
+	LeaseStorePasswordFile string
 
 	ProbeWorkers    int
 	HealthResyncQPS float64
@@ -214,7 +220,9 @@ type Operator struct {
 	fleet     *fleet.View
 	prober    *health.HTTPProber
 	sched     *health.Scheduler
-	store     *lease.Memory
+	store     lease.Store
+	memory    *lease.Memory // the store when it is the in-memory one
+	redis     *redisBackend // the store's Redis side when -lease-store is set
 	collector *gc.Collector
 	kube      *kube.Clients
 	marker    *healthmark.Marker
@@ -355,18 +363,33 @@ func New(cfg Config) (_ *Operator, err error) {
 		h.Recorder = rec
 		log.Warn("capturing every hook call", "dir", cfg.CaptureDir)
 	}
-	o.store = lease.NewMemory(lease.Config{
-		Fleet: o.fleet, Health: o.sched, Now: time.Now,
-		RateLimitedCooldown: cfg.LeaseCooldown,
-		BannedCooldown:      cfg.LeaseBanCooldown,
-		MaxCooldown:         cfg.LeaseMaxCooldown,
-		Observe:             cfg.LeaseObserve,
-		Admit: func(p fleet.Proxy) error {
-			return egress.CheckHost(p.IP, uint16(p.Port), netpolicy.Dest{External: p.Mode == v1.ModeExternal, Provider: p.Provider})
-		},
-	})
-	disc := &discovery.Discovery{Fleet: o.fleet, Health: o.sched, Leases: o.store, Tokens: tokens, Insecure: cfg.DiscoveryInsecure,
+	disc := &discovery.Discovery{Fleet: o.fleet, Health: o.sched, Tokens: tokens, Insecure: cfg.DiscoveryInsecure,
 		Log: log.With("component", "discovery"), Registerer: reg, MaxTTL: cfg.LeaseMaxTTL}
+
+	if cfg.LeaseStore == "" {
+		o.memory = lease.NewMemory(lease.Config{
+			Fleet: o.fleet, Health: o.sched, Now: time.Now,
+			RateLimitedCooldown: cfg.LeaseCooldown,
+			BannedCooldown:      cfg.LeaseBanCooldown,
+			MaxCooldown:         cfg.LeaseMaxCooldown,
+			Observe:             cfg.LeaseObserve,
+			Admit: func(p fleet.Proxy) error {
+				return egress.CheckHost(p.IP, uint16(p.Port), netpolicy.Dest{External: p.Mode == v1.ModeExternal, Provider: p.Provider})
+			},
+		})
+		o.store = o.memory
+	} else {
+		// Discovery reads what the operator published, like every replica: after a restart it
+		// serves from Redis at once instead of waiting for the view to refill.
+		if o.redis, err = newRedisBackend(redisSettings{url: cfg.LeaseStore, passwordFile: cfg.LeaseStorePasswordFile,
+			cooldown: cfg.LeaseCooldown, banCooldown: cfg.LeaseBanCooldown, maxCooldown: cfg.LeaseMaxCooldown}, log); err != nil {
+			return nil, err
+		}
+		o.redis.publisher(o.fleet, o.sched, log)
+		o.store = o.redis.store
+		disc.Fleet, disc.Health = o.redis.reader, o.redis.reader
+	}
+	disc.Leases = o.store
 
 	if cfg.GCInterval > 0 {
 		var dyn dynamic.Interface
@@ -427,6 +450,9 @@ func (o *Operator) close() {
 			_ = ln.Close()
 		}
 	}
+	if o.redis != nil {
+		o.redis.close()
+	}
 	if o.prober != nil {
 		o.prober.Close()
 	}
@@ -450,8 +476,11 @@ func (o *Operator) Fleet() *fleet.View { return o.fleet }
 // Health is the probe scheduler (the live verdict of every proxy).
 func (o *Operator) Health() *health.Scheduler { return o.sched }
 
-// Leases is the lease store.
-func (o *Operator) Leases() *lease.Memory { return o.store }
+// Leases is the in-memory lease store (nil with -lease-store).
+func (o *Operator) Leases() *lease.Memory { return o.memory }
+
+// LeaseStore is the lease store, whichever it is.
+func (o *Operator) LeaseStore() lease.Store { return o.store }
 
 // Providers is the configured provider set.
 func (o *Operator) Providers() *providers.Set { return o.providers }
@@ -474,6 +503,9 @@ func (o *Operator) Run(ctx context.Context) error {
 	go func() { errc <- fmt.Errorf("discovery server: %w", o.discSrv.Serve(o.discLn)) }()
 	// Background loops return nil when ctx ends; an early return is a failure of the process.
 	background := []func(context.Context) error{o.sched.Run, o.store.Run}
+	if o.redis != nil {
+		background = append(background, o.redis.pub.Run, o.redis.reader.Run)
+	}
 	if o.collector != nil {
 		background = append(background, o.collector.Run)
 	}

@@ -46,8 +46,9 @@ type Instance struct {
 
 // CreateRequest is everything a provider needs to create one proxy machine.
 type CreateRequest struct {
-	// Name is deterministic (InstanceName of the owner UID): a repeated Create finds the
-	// instance an earlier call made instead of making a second one.
+	// Name is deterministic (InstanceName of the owner UID and the spec hash): a repeated
+	// Create for one spec finds the instance an earlier call made instead of making a second
+	// one, and a replacement gets a new name, hence a new provider ID.
 	Name        string
 	OwnerUID    string
 	SpecHash    string
@@ -81,10 +82,67 @@ type Provider interface {
 	ListByTag(ctx context.Context) ([]Instance, error)
 }
 
-// InstanceName is the deterministic instance name of a Proxy: "proxy-" + a short hash of its UID.
-func InstanceName(uid string) string {
+// OwnerLister is an optional capability: a provider that can list one owner's instances more
+// cheaply than ListByTag (a server-side label filter) implements it. Use ListByOwner.
+type OwnerLister interface {
+	// ListByOwner returns the instances carrying TagManaged=true and TagOwnerUID=ownerUID.
+	ListByOwner(ctx context.Context, ownerUID string) ([]Instance, error)
+}
+
+// CreateChecker is an optional capability: a provider that refuses some create requests
+// without calling its cloud (a missing zone, a malformed image) says so before any call.
+type CreateChecker interface {
+	// CheckCreate returns the error Create would return for req without calling the cloud,
+	// or nil when only the cloud can tell.
+	CheckCreate(req CreateRequest) error
+}
+
+// CheckCreate asks p (or a provider it wraps) whether req can be refused without a call; nil
+// when p cannot tell.
+func CheckCreate(p Provider, req CreateRequest) error {
+	for p != nil {
+		if c, ok := p.(CreateChecker); ok {
+			return c.CheckCreate(req)
+		}
+		u, ok := p.(interface{ Unwrap() Provider })
+		if !ok {
+			return nil
+		}
+		p = u.Unwrap()
+	}
+	return nil
+}
+
+// ListByOwner returns the instances of one owner (by their GC tags): through p's OwnerLister
+// if it has one, else ListByTag filtered here.
+func ListByOwner(ctx context.Context, p Provider, ownerUID string) ([]Instance, error) {
+	if ol, ok := p.(OwnerLister); ok {
+		return ol.ListByOwner(ctx, ownerUID)
+	}
+	all, err := p.ListByTag(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []Instance
+	for _, in := range all {
+		if in.OwnerUID == ownerUID {
+			out = append(out, in)
+		}
+	}
+	return out, nil
+}
+
+// InstanceName is the deterministic instance name of a Proxy's machine for one spec:
+// "proxy-" + 12 hex of sha256(UID) + "-" + the first 10 characters of the spec hash. A spec
+// change (a replacement) therefore names a new machine, and so a new provider ID. An empty
+// hash gives "proxy-" + 12 hex, the name machines had before the hash was part of it.
+func InstanceName(uid, specHash string) string {
 	sum := sha256.Sum256([]byte(uid))
-	return "proxy-" + hex.EncodeToString(sum[:])[:12]
+	name := "proxy-" + hex.EncodeToString(sum[:])[:12]
+	if specHash == "" {
+		return name
+	}
+	return name + "-" + specHash[:min(10, len(specHash))]
 }
 
 // Owned reports whether inst carries uid's owner tag: the operator never acts on an instance

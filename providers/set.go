@@ -150,3 +150,10 @@ func (i *instrumented) ListByTag(ctx context.Context) ([]Instance, error) {
 	i.count("list", err)
 	return out, err
 }
+
+// ListByOwner keeps the wrapped provider's OwnerLister visible, counted as a list.
+func (i *instrumented) ListByOwner(ctx context.Context, ownerUID string) ([]Instance, error) {
+	out, err := ListByOwner(ctx, i.p, ownerUID)
+	i.count("list", err)
+	return out, err
+}

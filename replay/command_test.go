@@ -16,7 +16,7 @@ func TestReplayCommand(t *testing.T) {
 	if err := replay.Command([]string{filepath.Join("..", "testdata", "sync", "create-quota")}, &out); err != nil {
 		t.Fatalf("replay of a committed fixture: %v\n%s", err, out.String())
 	}
-	for _, want := range []string{"HTTP 200", `"reason": "QuotaExceeded"`, "create proxy-30027a145f80 -> mock create: quota exceeded", "golden: match"} {
+	for _, want := range []string{"HTTP 200", `"reason": "QuotaExceeded"`, "create proxy-30027a145f80-f6705e6c3e -> mock create: quota exceeded", "golden: match"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}

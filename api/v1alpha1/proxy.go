@@ -31,6 +31,13 @@ const (
 const (
 	ConditionProvisioned = "Provisioned"
 	ConditionHealthy     = "Healthy"
+	// ConditionReady is True iff the phase is Ready; when False its reason says what holds the
+	// proxy back. GitOps tools read it: kstatus (Flux) computes Current from Ready True and
+	// InProgress from Ready False.
+	ConditionReady = "Ready"
+	// ConditionStalled is present, True, only while the phase is Failed (a state that needs a
+	// spec change or a human): kstatus computes Failed from it.
+	ConditionStalled = "Stalled"
 	// ConditionForeignInstanceIgnored is True when status.providerID named an instance
 	// another Proxy owns: the operator ignored it (neither read nor deleted it).
 	ConditionForeignInstanceIgnored = "ForeignInstanceIgnored"
@@ -252,7 +259,7 @@ type ProxyStatus struct {
 	// FailureCount counts consecutive transient provider failures; it drives the backoff.
 	// +optional
 	FailureCount int32 `json:"failureCount,omitempty"`
-	// Conditions are Provisioned and Healthy.
+	// Conditions are Provisioned, Healthy and Ready, and Stalled while the phase is Failed.
 	// +listType=map
 	// +listMapKey=type
 	// +optional

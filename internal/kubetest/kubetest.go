@@ -6,7 +6,6 @@ package kubetest
 
 import (
 	"context"
-	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
@@ -20,7 +19,6 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	"sigs.k8s.io/yaml"
 
 	"github.com/proxy-operator/proxy-operator/internal/apiservertest"
 	"github.com/proxy-operator/proxy-operator/kube"
@@ -32,21 +30,7 @@ const servedTimeout = 2 * time.Minute
 // CRD from crds/ and returns an admin config once Proxies are served.
 func Start(t *testing.T) *rest.Config {
 	t.Helper()
-	s := apiservertest.Start(t)
-	root := moduleRoot(t)
-	b, err := os.ReadFile(filepath.Join(root, "crds", "crawl.example.com_proxies.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	j, err := yaml.YAMLToJSON(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Must(t, http.StatusCreated, http.MethodPost, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", j, "")
-	cfg, err := clientcmd.BuildConfigFromFlags("", s.Kubeconfig(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := apiservertest.Start(t, filepath.Join(moduleRoot(t), "crds", "crawl.example.com_proxies.yaml"))
 	cfg.QPS, cfg.Burst, cfg.Timeout = 100, 200, 30*time.Second
 	waitServed(t, cfg)
 	return cfg

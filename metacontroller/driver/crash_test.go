@@ -438,7 +438,8 @@ func (s *sim) permanentlyFailed(p v1.Proxy) bool {
 	if c := p.Spec.CloudInit; c != nil && c.Inline != nil {
 		ci = *c.Inline
 	}
-	return p.Status.Phase == v1.PhaseFailed && condition(p.Status, v1.ConditionProvisioned).Reason == lifecycle.ReasonPermanentError &&
+	c := condition(p.Status, v1.ConditionProvisioned)
+	return p.Status.Phase == v1.PhaseFailed && c.Reason == lifecycle.ReasonPermanentError && strings.HasPrefix(c.Message, "Create: ") &&
 		p.Status.ObservedGeneration == p.Generation && p.Status.SpecHash == lifecycle.SpecHash(&p.Spec, ci) &&
 		len(s.ownerInstances(string(p.UID))) == 0
 }

@@ -181,6 +181,17 @@ func (p *Provider) Close() error {
 
 // Create submits an instances.insert and returns without waiting for the operation. A name
 // that already exists (409) is the instance an earlier Create made, and its ID is returned.
+var _ providers.CreateChecker = (*Provider)(nil)
+
+// CheckCreate returns the error Create gives, without a call, for a request no VM can be made
+// from (a missing zone, machine type or image, a value that is not a label).
+func (p *Provider) CheckCreate(req providers.CreateRequest) error {
+	if _, err := p.instance(req); err != nil {
+		return providers.Wrap(providers.ErrPermanent, "gcp insert", err)
+	}
+	return nil
+}
+
 func (p *Provider) Create(ctx context.Context, req providers.CreateRequest) (string, error) {
 	const op = "gcp insert"
 	inst, err := p.instance(req)
@@ -397,6 +408,25 @@ var managedFilter = "labels." + providers.TagManaged + "=true"
 // are read on their own goroutine because the library does not pass ctx to these requests:
 // the caller gets its answer at its deadline, and the reader stops at the request timeout.
 func (p *Provider) ListByTag(ctx context.Context) ([]providers.Instance, error) {
+	return p.listFiltered(ctx, managedFilter, "")
+}
+
+var _ providers.OwnerLister = (*Provider)(nil)
+
+// ListByOwner returns one owner's managed instances. The owner label is filtered on the
+// server, so the sync's lookup before a create reads one or two instances, not the project.
+func (p *Provider) ListByOwner(ctx context.Context, ownerUID string) ([]providers.Instance, error) {
+	if !labelValueRE.MatchString(ownerUID) || ownerUID == "" {
+		// Never a label value, so never an owner of ours: nothing to list.
+		return nil, nil
+	}
+	filter := fmt.Sprintf(`(labels.%s = "true") (labels.%s = "%s")`, providers.TagManaged, providers.TagOwnerUID, ownerUID)
+	return p.listFiltered(ctx, filter, ownerUID)
+}
+
+// listFiltered runs one aggregatedList with the server-side filter; owner, when set, is
+// checked again on each instance.
+func (p *Provider) listFiltered(ctx context.Context, filter, owner string) ([]providers.Instance, error) {
 	const op = "gcp aggregatedList"
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
@@ -406,7 +436,7 @@ func (p *Provider) ListByTag(ctx context.Context) ([]providers.Instance, error) 
 	}
 	done := make(chan result, 1)
 	p.lists.Go(func() {
-		list, err := p.list(ctx)
+		list, err := p.list(ctx, filter, owner)
 		done <- result{list, err}
 	})
 	select {
@@ -421,10 +451,10 @@ func (p *Provider) ListByTag(ctx context.Context) ([]providers.Instance, error) 
 	}
 }
 
-func (p *Provider) list(ctx context.Context) ([]providers.Instance, error) {
+func (p *Provider) list(ctx context.Context, filter, owner string) ([]providers.Instance, error) {
 	it := p.client.AggregatedList(ctx, &computepb.AggregatedListInstancesRequest{
 		Project: p.cfg.Project,
-		Filter:  new(managedFilter),
+		Filter:  &filter,
 	}, p.noRetry)
 	var out []providers.Instance
 	for {
@@ -441,7 +471,7 @@ func (p *Provider) list(ctx context.Context) ([]providers.Instance, error) {
 		zone := strings.TrimPrefix(pair.Key, "zones/")
 		for _, inst := range pair.Value.GetInstances() {
 			// The filter is the server's; this check keeps GC from ever seeing an untagged VM.
-			if inst.GetLabels()[providers.TagManaged] != "true" {
+			if inst.GetLabels()[providers.TagManaged] != "true" || (owner != "" && inst.GetLabels()[providers.TagOwnerUID] != owner) {
 				continue
 			}
 			z := zone

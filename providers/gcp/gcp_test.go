@@ -177,7 +177,7 @@ func instancesPath(zone string) string {
 
 func createRequest() providers.CreateRequest {
 	return providers.CreateRequest{
-		Name:        providers.InstanceName(testUID),
+		Name:        providers.InstanceName(testUID, testHash),
 		OwnerUID:    testUID,
 		SpecHash:    testHash,
 		Namespace:   "crawl",
@@ -191,7 +191,7 @@ func createRequest() providers.CreateRequest {
 }
 
 func TestCreateSendsInsert(t *testing.T) {
-	name := providers.InstanceName(testUID)
+	name := providers.InstanceName(testUID, testHash)
 	wantLabels := map[string]any{
 		"proxy-operator-uid":       testUID,
 		"proxy-operator-managed":   "true",
@@ -328,14 +328,14 @@ func disk(b map[string]any) map[string]any {
 func TestCreateFindsExistingInstance(t *testing.T) {
 	api := newComputeAPI(t)
 	api.on("POST", instancesPath(testZone), reply{409, apiError(409,
-		"The resource 'projects/crawl-proj-1/zones/europe-west1-b/instances/"+providers.InstanceName(testUID)+"' already exists", "alreadyExists")})
+		"The resource 'projects/crawl-proj-1/zones/europe-west1-b/instances/"+providers.InstanceName(testUID, testHash)+"' already exists", "alreadyExists")})
 	p := api.provider(t, Config{})
 
 	id, err := p.Create(testCtx(t), createRequest())
 	if err != nil {
 		t.Fatalf("Create: %v", err)
 	}
-	if want := FormatID(testProject, testZone, providers.InstanceName(testUID)); id != want {
+	if want := FormatID(testProject, testZone, providers.InstanceName(testUID, testHash)); id != want {
 		t.Errorf("id = %q, want %q", id, want)
 	}
 }
@@ -408,7 +408,7 @@ func managedLabels(uid, hash string) map[string]string {
 }
 
 func TestGetMapsInstance(t *testing.T) {
-	name := providers.InstanceName(testUID)
+	name := providers.InstanceName(testUID, testHash)
 	created := time.Date(2026, 11, 30, 19, 22, 33, 456e6, time.UTC)
 	tests := []struct {
 		status, natIP string
@@ -456,7 +456,7 @@ func TestGetMapsInstance(t *testing.T) {
 
 func TestGetNotFound(t *testing.T) {
 	api := newComputeAPI(t)
-	name := providers.InstanceName(testUID)
+	name := providers.InstanceName(testUID, testHash)
 	api.on("GET", instancesPath(testZone)+"/"+name, reply{404, apiError(404,
 		"The resource 'projects/crawl-proj-1/zones/europe-west1-b/instances/"+name+"' was not found", "notFound")})
 	p := api.provider(t, Config{})
@@ -471,7 +471,7 @@ func TestGetNotFound(t *testing.T) {
 }
 
 func TestDelete(t *testing.T) {
-	name := providers.InstanceName(testUID)
+	name := providers.InstanceName(testUID, testHash)
 	path := instancesPath(testZone) + "/" + name
 	tests := []struct {
 		name      string
@@ -598,6 +598,40 @@ func TestListByTagReadsEveryZoneAndPage(t *testing.T) {
 	}
 }
 
+// TestListByOwnerFiltersOnTheServer: the lookup a sync makes before a create asks the API for
+// one owner's instances (label filter), and still drops any other owner's the answer holds.
+func TestListByOwnerFiltersOnTheServer(t *testing.T) {
+	api := newComputeAPI(t)
+	path := "/compute/v1/projects/" + testProject + "/aggregated/instances"
+	old := providers.InstanceName("uid-a", "0000000000aaaa")
+	api.on("GET", path,
+		reply{200, `{"items":{"zones/europe-west1-b":{"instances":[` +
+			instanceJSON(old, testZone, "RUNNING", "34.76.1.2", managedLabels("uid-a", "0000000000aaaa")) + `,` +
+			instanceJSON("proxy-bbbbbbbbbbbb", testZone, "RUNNING", "34.76.1.3", managedLabels("uid-b", testHash)) + `]}}}`},
+	)
+	p := api.provider(t, Config{})
+
+	got, err := providers.ListByOwner(testCtx(t), p, "uid-a")
+	if err != nil {
+		t.Fatalf("ListByOwner: %v", err)
+	}
+	if len(got) != 1 || got[0].Name != old || got[0].OwnerUID != "uid-a" {
+		t.Errorf("instances = %+v, want only %s of uid-a", got, old)
+	}
+	wantCalls := []apiCall{{Method: "GET", Path: path, Query: url.Values{"filter": {`(labels.proxy-operator-managed = "true") (labels.proxy-operator-uid = "uid-a")`}}}}
+	if diff := cmp.Diff(wantCalls, api.recorded()); diff != "" {
+		t.Errorf("requests (-want +got):\n%s", diff)
+	}
+
+	// An owner that cannot be a label value owns nothing here, and costs no request.
+	if got, err := p.ListByOwner(testCtx(t), `x" OR labels.a = "b`); err != nil || len(got) != 0 {
+		t.Errorf("hostile owner: %v %v, want nothing", got, err)
+	}
+	if n := len(api.recorded()); n != 1 {
+		t.Errorf("%d requests after the hostile owner, want still 1", n)
+	}
+}
+
 func TestListByTagFailsWhole(t *testing.T) {
 	// A list that breaks on page two must not return page one as if it were everything:
 	// orphan GC would take the missing instances for deleted ones and skip nothing, but a
@@ -622,7 +656,7 @@ func TestListByTagFailsWhole(t *testing.T) {
 // TestErrorMapping sends each operation the API's real error payloads and checks the class
 // and that the API's message survives into the error (it becomes the condition message).
 func TestErrorMapping(t *testing.T) {
-	name := providers.InstanceName(testUID)
+	name := providers.InstanceName(testUID, testHash)
 	id := FormatID(testProject, testZone, name)
 	listPath := "/compute/v1/projects/" + testProject + "/aggregated/instances"
 	type call struct {
@@ -803,7 +837,7 @@ func TestNewRejectsInvalidConfig(t *testing.T) {
 // TestGetReportsFailedInsert: an insert accepted and then failed (the zone has no machines)
 // leaves no instance. Get says why, once, instead of a bare NotFound.
 func TestGetReportsFailedInsert(t *testing.T) {
-	name := providers.InstanceName(testUID)
+	name := providers.InstanceName(testUID, testHash)
 	getPath := instancesPath(testZone) + "/" + name
 	opPath := "/compute/v1/projects/" + testProject + "/zones/" + testZone + "/operations/operation-1732981234567-insert"
 	notFound := reply{404, apiError(404, "The resource 'projects/crawl-proj-1/zones/europe-west1-b/instances/"+name+"' was not found", "notFound")}
@@ -869,7 +903,7 @@ func TestGetReportsFailedInsert(t *testing.T) {
 }
 
 func TestFoundOrDeletedInstanceStopsFollowingInsert(t *testing.T) {
-	name := providers.InstanceName(testUID)
+	name := providers.InstanceName(testUID, testHash)
 	getPath := instancesPath(testZone) + "/" + name
 	opPath := "/compute/v1/projects/" + testProject + "/zones/" + testZone + "/operations/operation-1732981234567-insert"
 	api := newComputeAPI(t)

@@ -47,7 +47,7 @@ func TestSampleProxyCreatesInstance(t *testing.T) {
 	uid := "5d0c6a1e-2f3b-4c5d-8e9f-0a1b2c3d4e5f"
 	pl := px.Spec.Placement
 	req := providers.CreateRequest{
-		Name: providers.InstanceName(uid), OwnerUID: uid, SpecHash: lifecycle.SpecHash(&px.Spec, cloudInit),
+		Name: providers.InstanceName(uid, lifecycle.SpecHash(&px.Spec, cloudInit)), OwnerUID: uid, SpecHash: lifecycle.SpecHash(&px.Spec, cloudInit),
 		Namespace: px.Namespace, ProxyName: px.Name, Region: pl.Region, Zone: pl.Zone,
 		MachineType: pl.MachineType, Image: pl.Image, Port: px.Spec.Port, CloudInit: cloudInit,
 	}

@@ -168,15 +168,6 @@ type bound struct {
 	touched bool
 }
 
-// PodName is the Pod of an instance name and spec hash: the hash in the name makes a spec
-// change a new child, and Metacontroller deletes the old one when it is no longer returned.
-func PodName(instanceName, specHash string) string {
-	if specHash == "" {
-		return instanceName
-	}
-	return instanceName + "-" + specHash[:min(10, len(specHash))]
-}
-
 // Create records the desired Pod. Idempotent: the name is a function of the request.
 func (b *bound) Create(_ context.Context, req providers.CreateRequest) (string, error) {
 	b.touched = true
@@ -323,7 +314,9 @@ func (p *Provider) pod(req providers.CreateRequest, parent providers.Parent) *co
 	pod := &corev1.Pod{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 		ObjectMeta: metav1.ObjectMeta{
-			Name:        PodName(req.Name, req.SpecHash),
+			// The instance name carries the spec hash (providers.InstanceName): a spec change
+			// is a new child, and Metacontroller deletes the old one once it is not returned.
+			Name:        req.Name,
 			Namespace:   ns,
 			Labels:      labels,
 			Annotations: map[string]string{AnnotationProxy: req.ProxyName},

@@ -128,16 +128,18 @@ func TestUnboundRefuses(t *testing.T) {
 func TestCreateBuildsPod(t *testing.T) {
 	p := newProvider(t, kubernetes.Config{Image: "registry.local/squid:6", CPULimit: "500m"})
 	b := p.Bind(parent, nil)
-	req := providers.CreateRequest{Name: "proxy-abc", OwnerUID: "uid-1", SpecHash: "0123456789abcdef", Namespace: "crawl", ProxyName: "edge", Zone: "europe-west1-b", Port: 3128}
+	req := providers.CreateRequest{Name: providers.InstanceName("uid-1", "0123456789abcdef"), OwnerUID: "uid-1", SpecHash: "0123456789abcdef", Namespace: "crawl", ProxyName: "edge", Zone: "europe-west1-b", Port: 3128}
+	base := providers.InstanceName("uid-1", "")
 	id, err := b.Create(context.Background(), req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "proxy-abc-0123456789"; id != want {
+	if want := base + "-0123456789"; id != want {
 		t.Errorf("id %q, want %q", id, want)
 	}
 	req.Image = "other/squid:7"
 	req.SpecHash = "fedcba9876543210"
+	req.Name = providers.InstanceName("uid-1", req.SpecHash)
 	if _, err := b.Create(context.Background(), req); err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +169,7 @@ func TestCreateBuildsPod(t *testing.T) {
 		}
 		got = append(got, p)
 	}
-	if got[0].Metadata.Name != "proxy-abc-0123456789" || got[1].Metadata.Name != "proxy-abc-fedcba9876" {
+	if got[0].Metadata.Name != base+"-0123456789" || got[1].Metadata.Name != base+"-fedcba9876" {
 		t.Errorf("names %q %q, want sorted by name", got[0].Metadata.Name, got[1].Metadata.Name)
 	}
 	if got[0].Spec.Containers[0].Image != "registry.local/squid:6" || got[1].Spec.Containers[0].Image != "other/squid:7" {
@@ -179,7 +181,7 @@ func TestCreateBuildsPod(t *testing.T) {
 	if diff := cmp.Diff(map[string]string{"cpu": "500m", "memory": "256Mi"}, got[0].Spec.Containers[0].Resources.Limits); diff != "" {
 		t.Errorf("limits (-want +got):\n%s", diff)
 	}
-	if err := b.Delete(context.Background(), "proxy-abc-0123456789"); err != nil {
+	if err := b.Delete(context.Background(), base+"-0123456789"); err != nil {
 		t.Fatal(err)
 	}
 	if got := len(b.Children(false)); got != 1 {

@@ -46,7 +46,7 @@ func newMock(t *testing.T, cfg mock.Config) (*mock.Provider, *clock) {
 }
 
 func req(uid string) providers.CreateRequest {
-	return providers.CreateRequest{Name: providers.InstanceName(uid), OwnerUID: uid, SpecHash: "h1", Port: 3128}
+	return providers.CreateRequest{Name: providers.InstanceName(uid, "h1"), OwnerUID: uid, SpecHash: "h1", Port: 3128}
 }
 
 func TestCreateIsIdempotentAndProvisions(t *testing.T) {
@@ -72,7 +72,7 @@ func TestCreateIsIdempotentAndProvisions(t *testing.T) {
 	}
 	c.add(5 * time.Second)
 	got, _ = p.Get(ctx, id1)
-	want := providers.Instance{ID: id1, Name: providers.InstanceName("u1"), IP: mock.Address(providers.InstanceName("u1")),
+	want := providers.Instance{ID: id1, Name: providers.InstanceName("u1", "h1"), IP: mock.Address(providers.InstanceName("u1", "h1")),
 		State: providers.StateRunning, OwnerUID: "u1", SpecHash: "h1", CreatedAt: t0}
 	if d := cmp.Diff(want, *got); d != "" {
 		t.Errorf("after the delay (-want +got):\n%s", d)
@@ -95,7 +95,7 @@ func TestCreateIsIdempotentAndProvisions(t *testing.T) {
 
 func TestAddressIsLoopbackOffDefault(t *testing.T) {
 	for i := range 2000 {
-		name := providers.InstanceName(fmt.Sprint("uid-", i))
+		name := providers.InstanceName(fmt.Sprint("uid-", i), "h1")
 		a := netip.MustParseAddr(mock.Address(name))
 		if !netip.MustParsePrefix("127.0.0.0/8").Contains(a) || netip.MustParsePrefix("127.0.0.0/16").Contains(a) || a.As4()[3] == 0 || a.As4()[3] == 255 {
 			t.Fatalf("Address(%s) = %s: want 127.0.0.0/8 outside 127.0.0.0/16, no .0/.255", name, a)
@@ -114,7 +114,7 @@ func TestFaults(t *testing.T) {
 			_, err := p.Create(ctx, req("u1"))
 			return err
 		case "get":
-			_, err := p.Get(ctx, mock.ID(providers.InstanceName("u1")))
+			_, err := p.Get(ctx, mock.ID(providers.InstanceName("u1", "h1")))
 			if errors.Is(err, providers.ErrNotFound) {
 				return nil
 			}
@@ -174,7 +174,7 @@ func TestCanceledContextIsTransient(t *testing.T) {
 
 func TestSeedKeepsStateAndDerivesIP(t *testing.T) {
 	p, _ := newMock(t, mock.Config{})
-	name := providers.InstanceName("u1")
+	name := providers.InstanceName("u1", "h1")
 	p.Seed(providers.Instance{ID: mock.ID(name), Name: name, State: providers.StateRunning, IP: "10.9.9.9", OwnerUID: "u1"},
 		providers.Instance{ID: "mock://old", Name: "old", State: providers.StateTerminated, OwnerUID: "u2"})
 	got, err := p.ListByTag(context.Background())

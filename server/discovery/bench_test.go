@@ -23,7 +23,9 @@ import (
 
 	"github.com/proxy-operator/proxy-operator/fleet"
 	"github.com/proxy-operator/proxy-operator/internal/healthtest"
+	"github.com/proxy-operator/proxy-operator/internal/redistest"
 	"github.com/proxy-operator/proxy-operator/lease"
+	"github.com/proxy-operator/proxy-operator/lease/redisstore"
 	"github.com/proxy-operator/proxy-operator/lifecycle"
 )
 
@@ -32,8 +34,17 @@ const benchToken = "bench-token"
 // benchServer starts the discovery server for n proxies on loopback, with the production
 // server settings and auth on. Paths under /noop go to a router with the same auth middleware
 // whose handlers only read the body and answer a fixed lease-shaped JSON: the floor that HTTP,
-// routing, auth and JSON cost on this stack.
+// routing, auth and JSON cost on this stack. Paths under /redis go to a second discovery
+// handler on the Redis store (a real local redis-server, the same fleet published into it).
 func benchServer(b *testing.B, n int) (base string, stop func()) {
+	b.Helper()
+	base, _, stop = benchServerAddr(b, n)
+	return base, stop
+}
+
+// benchServerAddr is benchServer that also returns the address of its redis-server, whose
+// default key prefix holds the published fleet.
+func benchServerAddr(b *testing.B, n int) (base, redisAddr string, stop func()) {
 	b.Helper()
 	view := fleet.New(time.Now, 0)
 	health := &healthtest.Map{}
@@ -64,13 +75,22 @@ func benchServer(b *testing.B, n int) (base string, stop func()) {
 		return nil
 	}))
 
+	rsrv := redistest.Start(b)
+	rstore, reader := benchRedis(b, rsrv.Addr, view, health)
+	rd := &Discovery{Fleet: reader, Health: reader, Leases: rstore, Token: benchToken,
+		Log: slog.New(slog.DiscardHandler), Registerer: prometheus.NewRegistry()}
+	redisLeases := http.StripPrefix("/redis", rd.Handler())
+
 	srv := d.Server("")
 	srv.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasPrefix(r.URL.Path, "/noop/") {
+		switch {
+		case strings.HasPrefix(r.URL.Path, "/noop/"):
 			noop.ServeHTTP(w, r)
-			return
+		case strings.HasPrefix(r.URL.Path, "/redis/"):
+			redisLeases.ServeHTTP(w, r)
+		default:
+			leases.ServeHTTP(w, r)
 		}
-		leases.ServeHTTP(w, r)
 	})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -78,11 +98,37 @@ func benchServer(b *testing.B, n int) (base string, stop func()) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { _ = store.Run(ctx) }()
+	go func() { _ = rstore.Run(ctx) }()
+	go func() { _ = reader.Run(ctx) }()
 	go func() { _ = srv.Serve(ln) }()
-	return "http://" + ln.Addr().String(), func() {
+	return "http://" + ln.Addr().String(), rsrv.Addr, func() {
 		cancel()
 		_ = srv.Close()
 	}
+}
+
+// benchRedis publishes view and health into the Redis at addr (a fresh key prefix) and returns
+// a store and a reader on it, as a discovery replica has them.
+func benchRedis(b *testing.B, addr string, view *fleet.View, health lease.Health) (*redisstore.Store, *redisstore.Reader) {
+	b.Helper()
+	client, err := redisstore.NewClient("redis://"+addr, "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { client.Close() })
+	store, err := redisstore.New(redisstore.Config{Client: client})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := redisstore.NewPublisher(redisstore.PublisherConfig{Store: store, Fleet: view, Health: health}).Sync(ctx); err != nil {
+		b.Fatal(err)
+	}
+	reader := redisstore.NewReader(redisstore.ReaderConfig{Store: store})
+	if err := reader.Refresh(ctx); err != nil {
+		b.Fatal(err)
+	}
+	return store, reader
 }
 
 // cycles runs clients concurrent lease+release cycles (two requests each) against prefix for
@@ -170,8 +216,9 @@ func quantile(ds []time.Duration, q float64) float64 {
 // BenchmarkDiscoveryLease measures lease+release cycles per second with 64 concurrent clients
 // over real HTTP on loopback, for 1,000 and 10,000 proxies, against cycles of two requests to
 // the no-op handlers on the same server in the same run. Each iteration is one round of a
-// no-op phase then a lease phase (DISCOVERY_BENCH_PHASE each, default 2s); run it with
-// -benchtime 3x. lease/noop is the ratio of cycle rates.
+// no-op phase, a lease phase on the in-memory store and one on the Redis store (a local
+// redis-server sharing the machine's cores), DISCOVERY_BENCH_PHASE each (default 2s); run it
+// with -benchtime 3x. lease/noop and redis/noop are the ratios of cycle rates.
 func BenchmarkDiscoveryLease(b *testing.B) {
 	phase := 2 * time.Second
 	if s := os.Getenv("DISCOVERY_BENCH_PHASE"); s != "" {
@@ -190,20 +237,27 @@ func BenchmarkDiscoveryLease(b *testing.B) {
 			defer tr.CloseIdleConnections()
 			client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
 			cycles(b, client, base, "", clients, phase/4) // warm connections and the index
-			var noopD, leaseD []time.Duration
-			var noopT, leaseT time.Duration
+			cycles(b, client, base, "/redis", clients, phase/4)
+			var noopD, leaseD, redisD []time.Duration
+			var noopT, leaseT, redisT time.Duration
 			for b.Loop() {
 				noopD = append(noopD, cycles(b, client, base, "/noop", clients, phase)...)
 				noopT += phase
 				leaseD = append(leaseD, cycles(b, client, base, "", clients, phase)...)
 				leaseT += phase
+				redisD = append(redisD, cycles(b, client, base, "/redis", clients, phase)...)
+				redisT += phase
 			}
 			noopRate := float64(len(noopD)) / noopT.Seconds()
 			leaseRate := float64(len(leaseD)) / leaseT.Seconds()
+			redisRate := float64(len(redisD)) / redisT.Seconds()
 			b.ReportMetric(leaseRate, "lease-cycles/s")
+			b.ReportMetric(redisRate, "redis-cycles/s")
 			b.ReportMetric(noopRate, "noop-cycles/s")
 			b.ReportMetric(leaseRate/noopRate, "lease/noop")
+			b.ReportMetric(redisRate/noopRate, "redis/noop")
 			b.ReportMetric(quantile(leaseD, 0.99), "lease-p99-ms")
+			b.ReportMetric(quantile(redisD, 0.99), "redis-p99-ms")
 			b.ReportMetric(quantile(noopD, 0.99), "noop-p99-ms")
 			b.ReportMetric(quantile(leaseD, 0.5), "lease-p50-ms")
 		})

@@ -6,6 +6,7 @@ package discovery
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -41,6 +43,10 @@ const (
 	maxAttrValueLen  = 256
 	maxTargetLen     = 253
 	maxSessionKeyLen = 256
+
+	// unavailableRetryAfter is the Retry-After of a 503 for a shared store that is out: short,
+	// since a Redis restart or failover takes seconds.
+	unavailableRetryAfter = 1
 )
 
 // HealthSource is the prober's live verdict by proxy key (lease.Health has the same method).
@@ -48,10 +54,22 @@ type HealthSource interface {
 	Health(key string) lifecycle.Health
 }
 
+// FleetSource is where the API reads the fleet: the process's *fleet.View, or, with a shared
+// lease store, what the operator published there (*redisstore.Reader).
+type FleetSource interface {
+	List() []fleet.Proxy
+	Complete() bool
+	CompleteAt() time.Time
+}
+
+// staleness is the optional capability of a FleetSource that reads from elsewhere and can
+// fall behind: while Err is non-nil the list answers 503 rather than an old copy.
+type staleness interface{ Err() error }
+
 // Discovery serves the crawler-facing API: the proxy list and leases. It runs on its own
 // listener so crawlers never reach the hook endpoints.
 type Discovery struct {
-	Fleet  *fleet.View
+	Fleet  FleetSource
 	Health HealthSource
 	Leases lease.Store
 	// Tokens are the scoped bearer tokens every /v1 request must carry (access.Load).
@@ -72,11 +90,12 @@ type Discovery struct {
 	MaxRetryAfter time.Duration
 	MaxBodyBytes  int64
 
-	once     sync.Once
-	tokens   *access.Tokens
-	requests *prometheus.CounterVec
-	reports  *prometheus.CounterVec
-	refused  *prometheus.CounterVec
+	once       sync.Once
+	lastActive atomic.Int64 // the gauge's value when the store cannot answer
+	tokens     *access.Tokens
+	requests   *prometheus.CounterVec
+	reports    *prometheus.CounterVec
+	refused    *prometheus.CounterVec
 }
 
 // cooldownCounter is the optional capability of a lease store that counts its cooldowns.
@@ -140,7 +159,14 @@ func (d *Discovery) init() {
 		d.Registerer.MustRegister(d.requests, d.reports, d.refused, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "proxy_operator_leases_active",
 			Help: "Leases currently held.",
-		}, func() float64 { return float64(d.Leases.ActiveCount()) }))
+		}, func() float64 {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			if n, err := d.Leases.Count(ctx); err == nil {
+				d.lastActive.Store(int64(n))
+			}
+			return float64(d.lastActive.Load())
+		}))
 		if cc, ok := d.Leases.(cooldownCounter); ok {
 			d.Registerer.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "proxy_operator_lease_cooldowns",
@@ -277,6 +303,10 @@ func (d *Discovery) serve(h httpx.HandlerFunc) http.HandlerFunc {
 			d.refused.WithLabelValues(limit).Inc()
 			return &httpx.Error{Code: http.StatusTooManyRequests, Err: err,
 				Message: "report not recorded: " + tm.Error() + "; the bound frees as cooldowns are forgotten"}
+		case errors.Is(err, lease.ErrUnavailable):
+			// A shared store that is down or slow: nothing was decided, so a retry is safe.
+			return &httpx.Error{Code: http.StatusServiceUnavailable, RetryAfter: unavailableRetryAfter,
+				Message: "lease store unavailable; retry after the Retry-After seconds", Err: err}
 		}
 		return err
 	})
@@ -330,7 +360,15 @@ func (d *Discovery) listProxies(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	active := d.Leases.ActiveByProxy()
+	if st, ok := d.Fleet.(staleness); ok {
+		if err := st.Err(); err != nil {
+			return err
+		}
+	}
+	active, err := d.Leases.Active(r.Context())
+	if err != nil {
+		return err
+	}
 	out := listJSON{Complete: d.Fleet.Complete(), Proxies: []proxyJSON{}}
 	if !out.Complete {
 		at := d.Fleet.CompleteAt().UTC()

@@ -262,7 +262,7 @@ func TestKubernetesPodLifecycle(t *testing.T) {
 			if *writeKubernetesFixtures && !v1Keys {
 				m.record = fixtureWriter(t, &now, health)
 			}
-			first := kubernetes.PodName(providers.InstanceName(podParentUID), "")
+			first := providers.InstanceName(podParentUID, "")
 
 			// create: one Pod child, the status points at it.
 			a := m.sync("create")
@@ -273,7 +273,7 @@ func TestKubernetesPodLifecycle(t *testing.T) {
 			if got, want := statusString(a, "providerID"), podA; got != want {
 				t.Errorf("create: providerID %q, want %q", got, want)
 			}
-			if got, want := podA, kubernetes.PodName(providers.InstanceName(podParentUID), statusString(a, "specHash")); got != want {
+			if got, want := podA, providers.InstanceName(podParentUID, statusString(a, "specHash")); got != want {
 				t.Errorf("create: pod name %q, want %q (the spec hash in the name)", got, want)
 			}
 			checkPod(t, a.Children[0], 3128, statusString(a, "specHash"), false)

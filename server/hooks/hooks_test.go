@@ -159,19 +159,20 @@ func TestEchoSyncDuringWaitMakesNoCall(t *testing.T) {
 		}
 		return resp
 	}
+	// Each create attempt is a tag lookup (no instance is recorded) and a create.
 	first := send()
 	req["parent"].(map[string]any)["status"] = first["status"]
 	echo := send()
 	if d := cmp.Diff(first, echo); d != "" {
 		t.Errorf("echo answer differs (-first +echo):\n%s", d)
 	}
-	if n := len(mp.Calls()); n != 1 {
-		t.Errorf("%d provider calls, want 1 (the echo waits)", n)
+	if n := len(mp.Calls()); n != 2 {
+		t.Errorf("%d provider calls %v, want 2 (list, create; the echo waits)", n, mp.Calls())
 	}
 	req["parent"].(map[string]any)["metadata"].(map[string]any)["generation"] = 2
 	send()
-	if n := len(mp.Calls()); n != 2 {
-		t.Errorf("%d provider calls, want 2 (a new generation does not wait)", n)
+	if n := len(mp.Calls()); n != 4 {
+		t.Errorf("%d provider calls %v, want 4 (a new generation does not wait)", n, mp.Calls())
 	}
 }
 

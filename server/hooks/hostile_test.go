@@ -40,7 +40,7 @@ func syncBody(t *testing.T, ns, name, uid string, status map[string]any, finaliz
 // another tenant's instance deleted it through /finalize.
 func TestForeignInstanceNeverTouched(t *testing.T) {
 	mp := newMock(t)
-	victimID, err := mp.Create(context.Background(), providers.CreateRequest{Name: providers.InstanceName("uid-victim"), OwnerUID: "uid-victim", SpecHash: "h"})
+	victimID, err := mp.Create(context.Background(), providers.CreateRequest{Name: providers.InstanceName("uid-victim", "h"), OwnerUID: "uid-victim", SpecHash: "h"})
 	if err != nil {
 		t.Fatal(err)
 	}

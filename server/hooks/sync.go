@@ -92,7 +92,7 @@ func (h *Hooks) sync(ctx context.Context, hook string, body []byte, ex *Exchange
 		in.RetryAt = h.retryAt(p, finalizing)
 	}
 	if in.ProviderKnown && !in.RetryAt.After(in.Now) {
-		in.Instance, in.ObserveErr = h.observe(ctx, entry, p, finalizing)
+		in.Instance, in.ObserveErr = h.observe(ctx, entry, p, finalizing, in.CloudInit)
 		if in.ObserveErr != nil {
 			log.Error("provider observe failed", "provider", entry.Name, "providerID", p.Status.ProviderID, "err", in.ObserveErr)
 		}
@@ -131,33 +131,60 @@ func (h *Hooks) sync(ctx context.Context, hook string, body []byte, ex *Exchange
 }
 
 // observe asks the provider what exists for this Proxy.
-func (h *Hooks) observe(ctx context.Context, e providers.Entry, p *v1.Proxy, finalizing bool) (*providers.Instance, error) {
+func (h *Hooks) observe(ctx context.Context, e providers.Entry, p *v1.Proxy, finalizing bool, cloudInit string) (*providers.Instance, error) {
 	ctx, cancel := context.WithTimeout(ctx, h.ProviderTimeout)
 	defer cancel()
 	if id := p.Status.ProviderID; id != "" {
 		inst, err := e.Provider.Get(ctx, id)
-		if errors.Is(err, providers.ErrNotFound) {
-			return nil, nil
+		if !errors.Is(err, providers.ErrNotFound) {
+			return inst, err
 		}
-		return inst, err
 	}
-	if !finalizing && p.Status.Phase != v1.PhaseFailed {
-		// Create is idempotent by name: a lost status write is repaired by creating again.
+	// No recorded instance, or the recorded one is gone: about to create. A crash between a
+	// Create and its status write may have left an instance only its tags can find, and since
+	// names carry the spec hash, creating again finds it only if the spec is unchanged. So look
+	// for this owner's instances by tag; the sync core adopts one of the current spec and
+	// deletes any other before it creates. (Finalize and a Failed Proxy, which creates no
+	// more, need the same lookup.) The cost is one list per creation, never in steady state.
+	// A spec the provider refuses without a call (a GCP placement without a zone) reaches no
+	// cloud, not even to list: Create reports it. Finalize always looks.
+	if !finalizing && providers.CheckCreate(e.Provider, lifecycle.CreateRequest(p, cloudInit)) != nil {
 		return nil, nil
 	}
-	// Finalizing, or Failed, with no recorded ID: a crash between Create and the status write
-	// may have left an instance only its tags can find. A Failed Proxy calls Create no more
-	// (a permanent error waits for a spec change), so creating again would never find it.
-	all, err := e.Provider.ListByTag(ctx)
+	insts, err := providers.ListByOwner(ctx, e.Provider, string(p.UID))
 	if err != nil {
 		return nil, err
 	}
-	for i := range all {
-		if all[i].OwnerUID == string(p.UID) {
-			return &all[i], nil
+	return pickInstance(insts), nil
+}
+
+// pickInstance chooses which of an owner's unrecorded instances a sync looks at first: one
+// that is not stopped or terminated, then the newest, then by ID, so the choice is
+// deterministic. The others are found by the next syncs' lookups once it is dealt with.
+func pickInstance(insts []providers.Instance) *providers.Instance {
+	if len(insts) == 0 {
+		return nil
+	}
+	gone := func(in providers.Instance) bool {
+		return in.State == providers.StateStopped || in.State == providers.StateTerminated
+	}
+	best := 0
+	for i := 1; i < len(insts); i++ {
+		a, b := insts[i], insts[best]
+		switch {
+		case gone(a) != gone(b):
+			if !gone(a) {
+				best = i
+			}
+		case !a.CreatedAt.Equal(b.CreatedAt):
+			if a.CreatedAt.After(b.CreatedAt) {
+				best = i
+			}
+		case a.ID < b.ID:
+			best = i
 		}
 	}
-	return nil, nil
+	return &insts[best]
 }
 
 // run performs one action against the provider and reports its outcome.

@@ -1,0 +1,86 @@
+-- ARGV: 3 bucket-set version the caller matched against, 4 lease id, 5 ttl ms, 6 target,
+-- 7 session key, 8 most sessions, 9.. the ids of the buckets the selector matches.
+if (redis.call('GET', P .. 'bver') or '0') ~= ARGV[3] then return {'stale'} end
+sweep()
+local id, ttl, target, session, maxs = ARGV[4], tonumber(ARGV[5]), ARGV[6], ARGV[7], tonumber(ARGV[8])
+local inb = {}
+for i = 9, #ARGV do inb[ARGV[i]] = true end
+
+local function cooling(p)
+  if target == '' then return false end
+  local u = cooldown(p, target)
+  return u ~= nil and now < u
+end
+
+local function held(p)
+  return target ~= '' and taken(p, target)
+end
+
+local function grant(p)
+  local load = redis.call('HINCRBY', P .. 'load', p, 1)
+  place(p)
+  local exp = now + ttl
+  redis.call('HSET', P .. 'l:' .. id, 'p', p, 't', target, 's', session, 'ttl', fmt(ttl), 'exp', fmt(exp))
+  redis.call('ZADD', P .. 'exp', fmt(exp), id)
+  redis.call('SADD', P .. 'lp:' .. p, id)
+  if target ~= '' then redis.call('HINCRBY', P .. 'pt', p .. '|' .. target, 1) end
+  if session ~= '' then
+    local sk = P .. 's:' .. session
+    local bound = redis.call('HGET', sk, 'p')
+    if bound or redis.call('ZCARD', P .. 'sess') < maxs then
+      if bound ~= p then
+        -- Leases of the old binding still count down on their own proxy: end_lease only
+        -- touches the session when the proxies agree.
+        redis.call('HSET', sk, 'p', p, 'live', 0)
+      end
+      redis.call('HINCRBY', sk, 'live', 1)
+      redis.call('ZADD', P .. 'sess', '+inf', session)
+    end
+  end
+  return {'ok', p, load, fmt(exp), redis.call('HGET', P .. 'fleet', p) or '', redis.call('HGET', P .. 'health', p) or ''}
+end
+
+if session ~= '' then
+  local bp = redis.call('HGET', P .. 's:' .. session, 'p')
+  if bp then
+    local m = redis.call('HMGET', P .. 'm:' .. bp, 'b', 'max', 'ok')
+    if m[1] and inb[m[1]] and m[3] == '1' and load_of(bp) < tonumber(m[2]) and not cooling(bp) and not held(bp) then
+      return grant(bp)
+    end
+  end
+end
+
+local matching, unhealthy, full, cool, leased = 0, 0, 0, 0, 0
+local best, best_score
+for i = 9, #ARGV do
+  local b = ARGV[i]
+  matching = matching + redis.call('SCARD', P .. 'bm:' .. b)
+  unhealthy = unhealthy + redis.call('SCARD', P .. 'bu:' .. b)
+  full = full + redis.call('SCARD', P .. 'bf:' .. b)
+  -- The head usually wins: read it in a small page first, larger ones past cooling proxies.
+  local start, size, done = 0, 4, false
+  while not done do
+    local page = redis.call('ZRANGE', P .. 'bz:' .. b, start, start + size - 1, 'WITHSCORES')
+    if #page == 0 then break end
+    for j = 1, #page, 2 do
+      local p, sc = page[j], tonumber(page[j + 1])
+      if best and (sc > best_score or (sc == best_score and not bytes_less(p, best))) then
+        done = true -- nothing further in this bucket beats the best so far
+        break
+      end
+      if cooling(p) then
+        cool = cool + 1
+      elseif held(p) then
+        leased = leased + 1
+      else
+        best, best_score = p, sc
+        done = true
+        break
+      end
+    end
+    start = start + size
+    size = 64
+  end
+end
+if not best then return {'nomatch', matching, unhealthy, full, cool, leased} end
+return grant(best)

@@ -1,0 +1,443 @@
+// Package redisstore owns the Redis-backed lease.Store that any number of discovery replicas
+// share: leases, cooldowns and sessions, the per attribute-set index that picks a proxy, and
+// the fleet and health records the operator publishes for replicas to read. Every operation
+// that decides runs as one Lua script on the Redis server, so replicas never race each other.
+// It knows nothing of HTTP, of how health is probed or of how the fleet view is filled.
+package redisstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/proxy-operator/proxy-operator/fleet"
+	"github.com/proxy-operator/proxy-operator/lease"
+	"github.com/proxy-operator/proxy-operator/lifecycle"
+)
+
+// Defaults for Config fields left zero.
+const (
+	// DefaultPrefix carries a hash tag so every key lands in one slot (Redis Cluster accepts
+	// the scripts; a store is one slot's worth of data either way).
+	DefaultPrefix  = "{proxy-operator}:"
+	DefaultTimeout = 2 * time.Second
+	// sweepBatch is the prelude's SWEEP: a sweep that returns it may have left work behind.
+	sweepBatch = 256
+	// maxStaleRetries bounds how often an acquire re-reads the bucket list because the set of
+	// attribute sets changed between the read and the script.
+	maxStaleRetries = 4
+)
+
+// Config configures a Store. The cooldown policy fields mean what they mean in lease.Config.
+type Config struct {
+	Client redis.UniversalClient
+	// Prefix starts every key (default DefaultPrefix); two stores with different prefixes
+	// share one Redis without seeing each other.
+	Prefix string
+	// Now, when set, is the clock the scripts use (tests); nil uses the Redis server's clock,
+	// the one clock every replica agrees on.
+	Now func() time.Time
+
+	RateLimitedCooldown time.Duration
+	BannedCooldown      time.Duration
+	MaxCooldown         time.Duration
+	SessionIdle         time.Duration
+	MaxSessions         int
+	// MaxCooldownsPerProxy and MaxCooldowns bound the remembered (proxy, target) pairs (0: the
+	// lease package defaults); a report that would pass them is refused.
+	MaxCooldownsPerProxy int
+	MaxCooldowns         int
+	// Timeout bounds every call to Redis (default DefaultTimeout): past it the call fails
+	// with lease.ErrUnavailable rather than hang.
+	Timeout time.Duration
+	// ReapInterval paces Run's sweep (default lease.DefaultReapInterval). Every script sweeps
+	// too, so Run only keeps an idle store tidy.
+	ReapInterval time.Duration
+	Log          *slog.Logger
+}
+
+// Store is the Redis lease.Store. Its only local state is a cache of the attribute sets (the
+// buckets), checked against a version inside every acquire script.
+type Store struct {
+	cfg Config
+	sc  scripts
+
+	mu       chan struct{} // 1-slot lock that a context can give up on
+	bver     string
+	buckets  map[string]map[string]string
+	selCache map[string][]string
+}
+
+var _ lease.Store = (*Store)(nil)
+
+// New returns a store on cfg.Client. It does not contact Redis: a store made while Redis is
+// down works once Redis is back.
+func New(cfg Config) (*Store, error) {
+	if cfg.Client == nil {
+		return nil, errors.New("redisstore: Config.Client is required")
+	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = DefaultPrefix
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&cfg.RateLimitedCooldown, lease.DefaultRateLimitedCooldown)
+	def(&cfg.BannedCooldown, lease.DefaultBannedCooldown)
+	def(&cfg.MaxCooldown, lease.DefaultMaxCooldown)
+	def(&cfg.SessionIdle, lease.DefaultSessionIdle)
+	def(&cfg.Timeout, DefaultTimeout)
+	def(&cfg.ReapInterval, lease.DefaultReapInterval)
+	if cfg.MaxSessions <= 0 {
+		cfg.MaxSessions = lease.DefaultMaxSessions
+	}
+	if cfg.MaxCooldownsPerProxy <= 0 {
+		cfg.MaxCooldownsPerProxy = defaultMaxCooldownsPerProxy
+	}
+	if cfg.MaxCooldowns <= 0 {
+		cfg.MaxCooldowns = defaultMaxCooldowns
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	return &Store{cfg: cfg, sc: loadScripts(), mu: make(chan struct{}, 1)}, nil
+}
+
+func (s *Store) keys() []string { return []string{s.cfg.Prefix} }
+
+// head is the two arguments every script starts with: now and the session idle time.
+func (s *Store) head(extra int) []any {
+	now := ""
+	if s.cfg.Now != nil {
+		now = strconv.FormatInt(s.cfg.Now().UnixMilli(), 10)
+	}
+	return append(make([]any, 0, 2+extra), now, ms(s.cfg.SessionIdle))
+}
+
+func (s *Store) op(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.cfg.Timeout)
+}
+
+func ms(d time.Duration) int64 { return d.Milliseconds() }
+
+// unavailable marks what a retry may cure: the network, timeouts, and the replies of a Redis
+// that is loading, read-only, failing over or out of memory. Any other error reply is a
+// defect (of a script, or of the data) and is returned as it is.
+func unavailable(op string, err error) error {
+	var re redis.Error
+	if errors.As(err, &re) && !errors.Is(err, context.DeadlineExceeded) {
+		msg := re.Error()
+		for _, p := range []string{"LOADING", "BUSY", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "OOM", "NOREPLICAS"} {
+			if strings.HasPrefix(msg, p) {
+				return fmt.Errorf("%s: %w: %w", op, lease.ErrUnavailable, err)
+			}
+		}
+		return fmt.Errorf("%s: redis: %w", op, err)
+	}
+	return fmt.Errorf("%s: %w: %w", op, lease.ErrUnavailable, err)
+}
+
+// Acquire implements lease.Store.
+func (s *Store) Acquire(ctx context.Context, r lease.Request) (lease.Lease, error) {
+	if r.TTL <= 0 {
+		return lease.Lease{}, fmt.Errorf("acquire: ttl %s: %w", r.TTL, lease.ErrInvalid)
+	}
+	ctx, cancel := s.op(ctx)
+	defer cancel()
+	id := newID()
+	reload := false
+	for range maxStaleRetries {
+		bver, ids, err := s.match(ctx, r.Selector, reload)
+		if err != nil {
+			return lease.Lease{}, unavailable("acquire", err)
+		}
+		args := append(s.head(6+len(ids)), bver, id, ms(r.TTL), r.Target, r.SessionKey, s.cfg.MaxSessions)
+		for _, b := range ids {
+			args = append(args, b)
+		}
+		res, err := s.sc.acquire.Run(ctx, s.cfg.Client, s.keys(), args...).Slice()
+		if err != nil {
+			return lease.Lease{}, unavailable("acquire", err)
+		}
+		switch str(res, 0) {
+		case "stale":
+			reload = true
+			continue
+		case "nomatch":
+			return lease.Lease{}, &lease.NoMatchError{
+				Matching: num(res, 1), Unhealthy: num(res, 2), AtCapacity: num(res, 3), Cooling: num(res, 4),
+				LeasedForTarget: num(res, 5), Target: r.Target,
+			}
+		case "ok":
+			p, h := decode(str(res, 1), str(res, 4), str(res, 5))
+			return lease.Lease{ID: id, Proxy: p, Health: h, Active: num(res, 2), Target: r.Target,
+				SessionKey: r.SessionKey, ExpiresAt: msTime(str(res, 3))}, nil
+		default:
+			return lease.Lease{}, fmt.Errorf("acquire: unexpected script answer %q", str(res, 0))
+		}
+	}
+	return lease.Lease{}, fmt.Errorf("acquire: the attribute sets kept changing: %w", lease.ErrUnavailable)
+}
+
+// Release implements lease.Store.
+func (s *Store) Release(ctx context.Context, id string) error {
+	ctx, cancel := s.op(ctx)
+	defer cancel()
+	if err := s.sc.release.Run(ctx, s.cfg.Client, s.keys(), append(s.head(1), id)...).Err(); err != nil {
+		return unavailable("release", err)
+	}
+	return nil
+}
+
+// Renew implements lease.Store.
+func (s *Store) Renew(ctx context.Context, id string, ttl time.Duration) (lease.Lease, error) {
+	if ttl < 0 {
+		return lease.Lease{}, fmt.Errorf("renew: ttl %s: %w", ttl, lease.ErrInvalid)
+	}
+	ctx, cancel := s.op(ctx)
+	defer cancel()
+	res, err := s.sc.renew.Run(ctx, s.cfg.Client, s.keys(), append(s.head(2), id, ms(ttl))...).Slice()
+	if err != nil {
+		return lease.Lease{}, unavailable("renew", err)
+	}
+	if str(res, 0) != "ok" {
+		return lease.Lease{}, fmt.Errorf("renew: %w", lease.ErrNotFound)
+	}
+	p, h := decode(str(res, 1), str(res, 6), str(res, 7))
+	return lease.Lease{ID: id, Proxy: p, Health: h, Active: num(res, 2), Target: str(res, 4),
+		SessionKey: str(res, 5), ExpiresAt: msTime(str(res, 3))}, nil
+}
+
+// Report implements lease.Store.
+func (s *Store) Report(ctx context.Context, id string, r lease.Report) (lease.Cooldown, error) {
+	if !r.Result.Valid() || r.Target == "" || r.RetryAfter < 0 {
+		return lease.Cooldown{}, fmt.Errorf("report: result %q target %q: %w", r.Result, r.Target, lease.ErrInvalid)
+	}
+	ctx, cancel := s.op(ctx)
+	defer cancel()
+	args := append(s.head(9), id, string(r.Result), r.Target, ms(r.RetryAfter),
+		ms(s.cfg.RateLimitedCooldown), ms(s.cfg.BannedCooldown), ms(s.cfg.MaxCooldown),
+		s.cfg.MaxCooldownsPerProxy, s.cfg.MaxCooldowns)
+	res, err := s.sc.report.Run(ctx, s.cfg.Client, s.keys(), args...).Slice()
+	if err != nil {
+		return lease.Cooldown{}, unavailable("report", err)
+	}
+	out := lease.Cooldown{Proxy: str(res, 1), Target: r.Target}
+	switch str(res, 0) {
+	case "notfound":
+		return lease.Cooldown{}, fmt.Errorf("report: %w", lease.ErrNotFound)
+	case "ok":
+		return out, nil
+	case "toomany":
+		return lease.Cooldown{}, fmt.Errorf("report: %w", tooMany(str(res, 2), out.Proxy, s.cfg.MaxCooldownsPerProxy, s.cfg.MaxCooldowns))
+	case "cooled":
+		out.Until, out.Strikes = msTime(str(res, 2)), num(res, 3)
+		return out, nil
+	}
+	return lease.Cooldown{}, fmt.Errorf("report: unexpected script answer %q", str(res, 0))
+}
+
+// Active implements lease.Store.
+func (s *Store) Active(ctx context.Context) (map[string]int, error) {
+	ctx, cancel := s.op(ctx)
+	defer cancel()
+	res, err := s.sc.active.Run(ctx, s.cfg.Client, s.keys(), append(s.head(1), "load")...).StringSlice()
+	if err != nil {
+		return nil, unavailable("active leases", err)
+	}
+	out := make(map[string]int, len(res)/2)
+	for i := 0; i+1 < len(res); i += 2 {
+		n, _ := strconv.Atoi(res[i+1])
+		if n > 0 {
+			out[res[i]] = n
+		}
+	}
+	return out, nil
+}
+
+// Count implements lease.Store.
+func (s *Store) Count(ctx context.Context) (int, error) {
+	ctx, cancel := s.op(ctx)
+	defer cancel()
+	n, err := s.sc.active.Run(ctx, s.cfg.Client, s.keys(), append(s.head(1), "count")...).Int()
+	if err != nil {
+		return 0, unavailable("active leases", err)
+	}
+	return n, nil
+}
+
+// ActiveCount is Count for callers that cannot handle its error: 0 while Redis is out.
+func (s *Store) ActiveCount() int {
+	n, _ := s.Count(context.Background())
+	return n
+}
+
+// ActiveByProxy is Active for callers that cannot handle its error: empty while Redis is out.
+func (s *Store) ActiveByProxy() map[string]int {
+	m, err := s.Active(context.Background())
+	if err != nil {
+		return map[string]int{}
+	}
+	return m
+}
+
+// Sweep expires what is due now, in batches until none is left.
+func (s *Store) Sweep(ctx context.Context) error {
+	for {
+		cctx, cancel := s.op(ctx)
+		n, err := s.sc.sweep.Run(cctx, s.cfg.Client, s.keys(), s.head(0)...).Int()
+		cancel()
+		if err != nil {
+			return unavailable("sweep", err)
+		}
+		if n < sweepBatch {
+			return nil
+		}
+	}
+}
+
+// Run implements lease.Store: it sweeps on a ticker so an idle store sheds expired leases.
+// Any number of replicas may run it; a Redis outage is logged and waited out.
+func (s *Store) Run(ctx context.Context) error {
+	t := time.NewTicker(s.cfg.ReapInterval)
+	defer t.Stop()
+	failing := false
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			err := s.Sweep(ctx)
+			switch {
+			case err != nil && !failing && ctx.Err() == nil:
+				s.cfg.Log.Warn("lease store unreachable", "err", err)
+				failing = true
+			case err == nil && failing:
+				s.cfg.Log.Info("lease store reachable again")
+				failing = false
+			}
+		}
+	}
+}
+
+// match returns the bucket-set version and the ids of the buckets whose attributes contain
+// sel, from the local cache (reloaded when asked, or never loaded).
+func (s *Store) match(ctx context.Context, sel map[string]string, reload bool) (string, []string, error) {
+	select {
+	case s.mu <- struct{}{}:
+	case <-ctx.Done():
+		return "", nil, ctx.Err()
+	}
+	defer func() { <-s.mu }()
+	if reload || s.buckets == nil {
+		var getVer *redis.StringCmd
+		var getAll *redis.MapStringStringCmd
+		_, err := s.cfg.Client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			getVer = p.Get(ctx, s.cfg.Prefix+"bver")
+			getAll = p.HGetAll(ctx, s.cfg.Prefix+"bkt")
+			return nil
+		})
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return "", nil, err
+		}
+		ver, err := getVer.Result()
+		if errors.Is(err, redis.Nil) {
+			ver = "0"
+		} else if err != nil {
+			return "", nil, err
+		}
+		buckets := map[string]map[string]string{}
+		for id, js := range getAll.Val() {
+			var attrs map[string]string
+			if err := json.Unmarshal([]byte(js), &attrs); err != nil {
+				s.cfg.Log.Error("unreadable attribute set in the lease store", "bucket", id, "err", err)
+				continue
+			}
+			buckets[id] = attrs
+		}
+		s.bver, s.buckets, s.selCache = ver, buckets, map[string][]string{}
+	}
+	k := selKey(sel)
+	if ids, ok := s.selCache[k]; ok {
+		return s.bver, ids, nil
+	}
+	ids := []string{}
+	for id, attrs := range s.buckets {
+		if containsAll(attrs, sel) {
+			ids = append(ids, id)
+		}
+	}
+	if len(s.selCache) >= 1024 { // a flood of distinct selectors costs a rescan, not memory
+		clear(s.selCache)
+	}
+	s.selCache[k] = ids
+	return s.bver, ids, nil
+}
+
+func selKey(sel map[string]string) string {
+	b, _ := json.Marshal(sel) // map keys are sorted: a canonical form
+	return string(b)
+}
+
+func containsAll(attrs, sel map[string]string) bool {
+	for k, v := range sel {
+		if got, ok := attrs[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+// decode reads the published records a script handed back; a record the store cannot read
+// still names the proxy, so a lease is never refused over it.
+func decode(key, pj, hj string) (fleet.Proxy, lifecycle.Health) {
+	var p fleet.Proxy
+	if pj == "" || json.Unmarshal([]byte(pj), &p) != nil {
+		p = fleet.Proxy{Key: key}
+	}
+	var h lifecycle.Health
+	if hj != "" {
+		_ = json.Unmarshal([]byte(hj), &h)
+	}
+	return p, h
+}
+
+func str(res []any, i int) string {
+	if i >= len(res) {
+		return ""
+	}
+	switch v := res[i].(type) {
+	case string:
+		return v
+	case int64:
+		return strconv.FormatInt(v, 10)
+	}
+	return ""
+}
+
+func num(res []any, i int) int {
+	n, _ := strconv.Atoi(str(res, i))
+	return n
+}
+
+func msTime(s string) time.Time {
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return time.UnixMilli(n)
+}
+
+func newID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b[:])
+}

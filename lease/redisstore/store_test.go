@@ -1,0 +1,53 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/proxy-operator/proxy-operator/internal/redistest"
+	"github.com/proxy-operator/proxy-operator/lease/leasetest"
+)
+
+var prefixes atomic.Int64
+
+// freshPrefix gives each store under test its own keys in a shared redis-server.
+func freshPrefix() string { return fmt.Sprintf("{t%d}:", prefixes.Add(1)) }
+
+func newClient(t testing.TB, srv *redistest.Server) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// TestConformance runs the lease.Store suite against the Redis store on a real redis-server.
+func TestConformance(t *testing.T) {
+	srv := redistest.Start(t)
+	client := newClient(t, srv)
+	leasetest.Run(t, func(t *testing.T, env leasetest.Env) leasetest.Harness {
+		s, err := New(Config{Client: client, Prefix: freshPrefix(), Now: env.Now, MaxSessions: env.MaxSessions})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pub := NewPublisher(PublisherConfig{Store: s, Fleet: env.Fleet, Health: env.Health})
+		return leasetest.Harness{
+			Store: s,
+			Sync: func(t *testing.T) {
+				t.Helper()
+				if err := pub.Sync(context.Background()); err != nil {
+					t.Fatalf("publish: %v", err)
+				}
+			},
+			Reap: func(t *testing.T) {
+				t.Helper()
+				if err := s.Sweep(context.Background()); err != nil {
+					t.Fatalf("sweep: %v", err)
+				}
+			},
+		}
+	})
+}

@@ -1,0 +1,35 @@
+package main
+
+import (
+	"context"
+	"io"
+	"strings"
+	"testing"
+)
+
+// TestDiscoverySubcommandFlags: the discovery subcommand needs a store, says so, and never
+// repeats a password from the URL in an error.
+func TestDiscoverySubcommandFlags(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		wantErr string
+	}{
+		{"no store", []string{"discovery"}, "-lease-store is required"},
+		{"not a redis URL", []string{"discovery", "-lease-store", "http://:hunter2@example.com", "-discovery-addr", "127.0.0.1:0"}, "want redis://"},
+		{"bad cooldowns", []string{"discovery", "-lease-store", "redis://127.0.0.1:1", "-lease-max-cooldown", "1m"}, "-lease-max-cooldown"},
+		{"stray argument", []string{"discovery", "-lease-store", "redis://127.0.0.1:1", "extra"}, "unexpected arguments"},
+		{"operator flag", []string{"discovery", "-lease-store", "redis://127.0.0.1:1", "-hook-addr", ":1"}, "flag provided but not defined"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := dispatch(context.Background(), tc.args, io.Discard, io.Discard)
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) || strings.Contains(err.Error(), "hunter2") {
+				t.Errorf("dispatch(%q) = %v, want an error containing %q and no password", tc.args, err, tc.wantErr)
+			}
+		})
+	}
+	if _, err := parseFlags([]string{"-lease-store", "redis://127.0.0.1:6379", "-lease-store-password-file", "/run/pw"}, io.Discard); err != nil {
+		t.Errorf("operator with -lease-store: %v", err)
+	}
+}

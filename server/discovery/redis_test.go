@@ -1,0 +1,133 @@
+package discovery_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/proxy-operator/proxy-operator/fleet"
+	"github.com/proxy-operator/proxy-operator/internal/healthtest"
+	"github.com/proxy-operator/proxy-operator/internal/redistest"
+	"github.com/proxy-operator/proxy-operator/lease/redisstore"
+	"github.com/proxy-operator/proxy-operator/lifecycle"
+	"github.com/proxy-operator/proxy-operator/server/discovery"
+)
+
+// TestDiscoveryOnRedis serves the API from the Redis store and a reader of the published fleet,
+// as a discovery replica does: it lists and leases; with Redis killed every route answers 503
+// with Retry-After (never 500), and after Redis is back it answers again.
+func TestDiscoveryOnRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	client, err := redisstore.NewClient("redis://"+srv.Addr, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	store, err := redisstore.New(redisstore.Config{Client: client, Timeout: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	view := fleet.New(time.Now, 0)
+	health := &healthtest.Map{}
+	for _, k := range []string{"crawl/a", "crawl/b"} {
+		view.Upsert(fleet.Proxy{Key: k, IP: "10.0.0.1", Port: 3128, MaxLeases: 2, Attributes: map[string]string{"geo": "eu"}})
+		health.Set(k, lifecycle.Health{State: lifecycle.HealthHealthy, LatencyMillis: 10})
+	}
+	ctx := context.Background()
+	if err := redisstore.NewPublisher(redisstore.PublisherConfig{Store: store, Fleet: view, Health: health}).Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	reader := redisstore.NewReader(redisstore.ReaderConfig{Store: store, StaleAfter: 200 * time.Millisecond})
+	if err := reader.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	d := &discovery.Discovery{Fleet: reader, Health: reader, Leases: store, Log: slog.New(slog.DiscardHandler), Registerer: reg}
+	hs := httptest.NewServer(d.Handler())
+	t.Cleanup(hs.Close)
+	call := func(method, path, body string) (int, string, string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, hs.URL+path, strings.NewReader(body))
+		res, err := hs.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, res.Header.Get("Retry-After"), string(b)
+	}
+
+	code, _, body := call(http.MethodPost, "/v1/leases", `{"selector":{"geo":"eu"},"ttlSeconds":60}`)
+	var l struct {
+		LeaseID string `json:"leaseID"`
+		Proxy   struct {
+			ID           string `json:"id"`
+			ActiveLeases int    `json:"activeLeases"`
+		} `json:"proxy"`
+	}
+	if code != http.StatusOK || json.Unmarshal([]byte(body), &l) != nil || l.Proxy.ID != "crawl/a" {
+		t.Fatalf("lease: %d %s", code, body)
+	}
+	code, _, body = call(http.MethodGet, "/v1/proxies", "")
+	if code != http.StatusOK || !strings.Contains(body, `"activeLeases":1`) || !strings.Contains(body, `"count":2`) {
+		t.Fatalf("list: %d %s", code, body)
+	}
+	if got := activeGauge(t, reg); got != 1 {
+		t.Errorf("leases_active gauge %v, want 1", got)
+	}
+
+	srv.Kill()
+	// The reader's copy goes stale: the list refuses to serve it.
+	_ = reader.Refresh(ctx)
+	time.Sleep(250 * time.Millisecond)
+	for _, c := range []struct{ method, path, body string }{
+		{http.MethodGet, "/v1/proxies", ""},
+		{http.MethodPost, "/v1/leases", `{"ttlSeconds":60}`},
+		{http.MethodPost, "/v1/leases/" + l.LeaseID + "/renew", `{}`},
+		{http.MethodPost, "/v1/leases/" + l.LeaseID + "/report", `{"result":"banned","target":"x.example"}`},
+		{http.MethodDelete, "/v1/leases/" + l.LeaseID, ""},
+	} {
+		code, retry, body := call(c.method, c.path, c.body)
+		if code != http.StatusServiceUnavailable || retry == "" || strings.Contains(body, "127.0.0.1") {
+			t.Errorf("%s %s with Redis down: %d Retry-After %q %s; want 503 with Retry-After and no internals", c.method, c.path, code, retry, body)
+		}
+	}
+	if got := activeGauge(t, reg); got != 1 {
+		t.Errorf("leases_active gauge with Redis down %v, want the last value 1", got)
+	}
+
+	srv.Restart()
+	if err := reader.Refresh(ctx); err != nil {
+		t.Fatalf("refresh after Redis is back: %v", err)
+	}
+	if code, _, body := call(http.MethodPost, "/v1/leases/"+l.LeaseID+"/renew", `{}`); code != http.StatusOK {
+		t.Errorf("renew after Redis is back: %d %s", code, body)
+	}
+	if code, _, body := call(http.MethodGet, "/v1/proxies", ""); code != http.StatusOK {
+		t.Errorf("list after Redis is back: %d %s", code, body)
+	}
+}
+
+// activeGauge reads proxy_operator_leases_active from the registry.
+func activeGauge(t *testing.T, reg *prometheus.Registry) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "proxy_operator_leases_active" {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatal("no proxy_operator_leases_active")
+	return 0
+}
