@@ -7,9 +7,10 @@ CONTROLLER_GEN = $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.21
 BIN           ?= bin/proxy-operator
 IMG           ?= proxy-operator:dev
 PYTHON        ?= /usr/bin/python3
-RUN_ARGS      ?= -hook-addr 127.0.0.1:8080 -discovery-addr 127.0.0.1:8090 -log-format text -fleet-warmup 5s -gc-min-age 1m
+# -discovery-insecure: the quickstart serves discovery on 127.0.0.1 only; a shared address needs a token.
+RUN_ARGS      ?= -hook-addr 127.0.0.1:8080 -discovery-addr 127.0.0.1:8090 -discovery-insecure -log-format text -fleet-warmup 5s -gc-min-age 1m
 
-.PHONY: help build run demo test test-go test-python generate verify vet fmt bench bench-probes bench-discovery bench-crawl docker-build fuzz load scale
+.PHONY: help build run demo test test-go test-python generate verify vet fmt bench bench-probes bench-discovery bench-crawl docker-build fuzz load scale attack
 
 ## help: list the targets and what each does
 help:
@@ -103,6 +104,14 @@ fuzz:
 
 # load: the discovery API under 64 crawlers for LOAD_SECONDS (60) while probes flip health and
 # syncs arrive; prints p50/p99 of both servers (make test runs the same test for 5 s, with -race).
+# attack: the hostile-input suite (reliability/attack_test.go) against the operator binary in a
+# child process, each flood for ATTACK_SECONDS (60); prints peak RSS and the legitimate calls'
+# p99 per attack (make test runs it with 2 s floods).
+ATTACK_SECONDS ?= 60
+## attack: the hostile-input suite against the operator binary, ATTACK_SECONDS per flood; peak RSS and p99
+attack:
+	ATTACK_SECONDS=$(ATTACK_SECONDS) $(GO) test -run '^(TestHostileInput|TestDiscoveryRefusesToStartWithoutToken)$$' -count=1 -v -timeout 30m ./reliability/
+
 LOAD_SECONDS ?= 60
 ## load: the discovery API under 64 crawlers for LOAD_SECONDS while probes flip and syncs arrive
 load:

@@ -11,9 +11,11 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"math"
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -21,6 +23,7 @@ import (
 
 	"github.com/proxy-operator/proxy-operator/healthmark"
 	"github.com/proxy-operator/proxy-operator/kube"
+	"github.com/proxy-operator/proxy-operator/netpolicy"
 	"github.com/proxy-operator/proxy-operator/operator"
 	"github.com/proxy-operator/proxy-operator/replay"
 )
@@ -80,7 +83,17 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", d.ShutdownGrace, "time allowed for in-flight requests at shutdown")
 	fs.StringVar(&c.CaptureDir, "capture-dir", "", "write every handled hook call as a fixture folder under this directory (debugging; replay with 'proxy-operator replay DIR')")
 	fs.StringVar(&c.DiscoveryAddr, "discovery-addr", d.DiscoveryAddr, "listen address of the discovery and lease API")
-	fs.StringVar(&c.DiscoveryTokenFile, "discovery-token-file", "", "file holding the discovery API bearer token (wins over DISCOVERY_TOKEN); empty token: auth off")
+	fs.StringVar(&c.DiscoveryTokenFile, "discovery-token-file", "", "file of discovery API tokens: one per line (every right), or YAML scoping each to namespaces and read/lease rights (wins over DISCOVERY_TOKEN); without a token the operator does not start")
+	fs.BoolVar(&c.DiscoveryInsecure, "discovery-insecure", false, "serve the discovery API without a token (only on a trusted address such as 127.0.0.1)")
+	fs.BoolVar(&c.AllowLoopbackProxies, "allow-loopback-proxies", false, "let any proxy, External ones included, be on loopback (the mock provider's instances always may)")
+	var externalCIDRs string
+	fs.StringVar(&externalCIDRs, "external-cidrs", "", "comma-separated CIDRs External endpoints must be in (empty: any address the egress policy allows)")
+	var hookMem bytesFlag
+	fs.Var(&hookMem, "hook-memory-limit", "memory limit the hook body budget is sized from, a quarter of it (e.g. 256Mi; default: GOMEMLIMIT, else the cgroup's memory.max, else 1Gi)")
+	fs.DurationVar(&c.HookBodyReadTimeout, "hook-body-read-timeout", d.HookBodyReadTimeout, "time allowed to receive one hook request body (408 beyond)")
+	var captureMax bytesFlag
+	fs.Var(&captureMax, "capture-max-bytes", "cap of the -capture-dir directory (default 100Mi)")
+	fs.BoolVar(&c.CaptureSecrets, "capture-secrets", false, "keep Secret data in captured hook calls (redacted by default)")
 	fs.DurationVar(&c.LeaseMaxTTL, "lease-max-ttl", d.LeaseMaxTTL, "longest lease TTL a client may ask for")
 	fs.DurationVar(&c.LeaseCooldown, "lease-cooldown", d.LeaseCooldown, "cooldown of a proxy for a target after a rate_limited report without the site's Retry-After (with one: exactly that)")
 	fs.DurationVar(&c.LeaseBanCooldown, "lease-ban-cooldown", d.LeaseBanCooldown, "cooldown of a proxy for a target after a banned report")
@@ -101,6 +114,12 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}
+	c.HookMemoryLimit, c.CaptureMaxBytes = int64(hookMem), int64(captureMax)
+	cidrs, err := netpolicy.ParseCIDRs(externalCIDRs)
+	if err != nil {
+		return options{}, fmt.Errorf("-external-cidrs: %w", err)
+	}
+	c.ExternalCIDRs = cidrs
 	if fs.NArg() > 0 {
 		return options{}, fmt.Errorf("unexpected arguments %q after the flags: subcommands come first (%s); run 'proxy-operator -h' for help", fs.Args(), strings.Join(slices.Sorted(maps.Keys(subcommands)), ", "))
 	}
@@ -130,7 +149,8 @@ func runDiscovery(ctx context.Context, args []string, _, stderr io.Writer) error
 	c := operator.DiscoveryDefaults()
 	var level, format string
 	fs.StringVar(&c.DiscoveryAddr, "discovery-addr", c.DiscoveryAddr, "listen address of the discovery and lease API")
-	fs.StringVar(&c.DiscoveryTokenFile, "discovery-token-file", "", "file holding the discovery API bearer token (wins over DISCOVERY_TOKEN); empty token: auth off")
+	fs.StringVar(&c.DiscoveryTokenFile, "discovery-token-file", "", "file of discovery API tokens: one per line, or scoped YAML (wins over DISCOVERY_TOKEN); without a token it does not start")
+	fs.BoolVar(&c.DiscoveryInsecure, "discovery-insecure", false, "serve the discovery API without a token (only on a trusted address such as 127.0.0.1)")
 	fs.StringVar(&c.LeaseStore, "lease-store", "", leaseStoreUsage+" (required)")
 	fs.StringVar(&c.LeaseStorePasswordFile, "lease-store-password-file", "", leaseStorePasswordUsage)
 	fs.DurationVar(&c.LeaseMaxTTL, "lease-max-ttl", c.LeaseMaxTTL, "longest lease TTL a client may ask for")
@@ -280,4 +300,25 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	return op.Run(ctx)
+}
+
+// bytesFlag is a byte size: a plain number or one with a Ki, Mi or Gi suffix.
+type bytesFlag int64
+
+func (b *bytesFlag) String() string { return strconv.FormatInt(int64(*b), 10) }
+
+func (b *bytesFlag) Set(s string) error {
+	mult := int64(1)
+	for suffix, m := range map[string]int64{"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30} {
+		if v, ok := strings.CutSuffix(s, suffix); ok {
+			s, mult = v, m
+			break
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 || n > math.MaxInt64/mult {
+		return fmt.Errorf("want a byte size such as 268435456 or 256Mi")
+	}
+	*b = bytesFlag(n * mult)
+	return nil
 }

@@ -16,7 +16,7 @@ func TestDiscoverySubcommandFlags(t *testing.T) {
 		wantErr string
 	}{
 		{"no store", []string{"discovery"}, "-lease-store is required"},
-		{"not a redis URL", []string{"discovery", "-lease-store", "http://:hunter2@example.com", "-discovery-addr", "127.0.0.1:0"}, "want redis://"},
+		{"not a redis URL", []string{"discovery", "-lease-store", "http://:hunter2@example.com", "-discovery-addr", "127.0.0.1:0", "-discovery-insecure"}, "want redis://"},
 		{"bad cooldowns", []string{"discovery", "-lease-store", "redis://127.0.0.1:1", "-lease-max-cooldown", "1m"}, "-lease-max-cooldown"},
 		{"stray argument", []string{"discovery", "-lease-store", "redis://127.0.0.1:1", "extra"}, "unexpected arguments"},
 		{"operator flag", []string{"discovery", "-lease-store", "redis://127.0.0.1:1", "-hook-addr", ":1"}, "flag provided but not defined"},

@@ -58,7 +58,7 @@ func startAPI(t *testing.T, token string, warmup time.Duration) *api {
 	h := &health{m: map[string]lifecycle.Health{}}
 	store := lease.NewMemory(lease.Config{Fleet: view, Health: h, Now: clock.Now,
 		RateLimitedCooldown: time.Minute, BannedCooldown: time.Hour, MaxCooldown: 24 * time.Hour})
-	d := &discovery.Discovery{Fleet: view, Health: h, Leases: store, Token: token, Now: clock.Now, Log: slog.New(slog.DiscardHandler)}
+	d := &discovery.Discovery{Fleet: view, Health: h, Leases: store, Token: token, Insecure: token == "", Now: clock.Now, Log: slog.New(slog.DiscardHandler)}
 	srv := httptest.NewServer(d.Handler())
 	t.Cleanup(srv.Close)
 	return &api{url: srv.URL, clock: clock, view: view, health: h}
@@ -423,7 +423,7 @@ func TestTransportErrorsRetriedOnlyWhenIdempotent(t *testing.T) {
 	a := startAPI(t, "", 0)
 	a.addProxy("eu-1", "127.0.0.11", "eu", lifecycle.HealthHealthy, 5)
 	d := &discovery.Discovery{Fleet: a.view, Health: a.health, Leases: lease.NewMemory(lease.Config{Fleet: a.view, Health: a.health, Now: a.clock.Now}),
-		Now: a.clock.Now, Log: slog.New(slog.DiscardHandler)}
+		Insecure: true, Now: a.clock.Now, Log: slog.New(slog.DiscardHandler)}
 	h := d.Handler()
 	var mu sync.Mutex
 	cut := map[string]bool{} // paths whose next request is cut

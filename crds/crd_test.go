@@ -370,6 +370,15 @@ func testRejections(t *testing.T, s *server) {
 		{"credentialsSecretRef not a Secret name", external("x"), func(s map[string]any) {
 			s["credentialsSecretRef"] = map[string]any{"name": "Not_A_Name"}
 		}, []string{"spec.credentialsSecretRef.name: Invalid value"}},
+		{"endpoint host with a space", external("x"), func(s map[string]any) {
+			s["endpoint"] = map[string]any{"host": "a b", "port": 3128}
+		}, []string{"spec.endpoint.host: Invalid value: \"a b\"", "should match"}},
+		{"endpoint host a URL", external("x"), func(s map[string]any) {
+			s["endpoint"] = map[string]any{"host": "http://x/", "port": 3128}
+		}, []string{"spec.endpoint.host: Invalid value", "should match"}},
+		{"secretRef name with a slash", managed("x"), func(s map[string]any) {
+			s["cloudInit"] = map[string]any{"secretRef": map[string]any{"name": "other-ns/ci", "key": "user-data"}}
+		}, []string{"spec.cloudInit.secretRef.name: Invalid value: \"other-ns/ci\"", "should match"}},
 		{"unknown mode", managed("x"), func(s map[string]any) { s["mode"] = "Hybrid" }, []string{`spec.mode: Unsupported value: "Hybrid"`, `"Managed"`, `"External"`}},
 		{"mode missing", managed("x"), func(s map[string]any) { delete(s, "mode") }, []string{"spec.mode: Required value"}},
 		{"negative maxLeases", managed("x"), func(s map[string]any) { s["maxLeases"] = -1 }, []string{"spec.maxLeases: Invalid value: -1", "greater than or equal to 0"}},

@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/proxy-operator/proxy-operator/netpolicy"
 	"github.com/proxy-operator/proxy-operator/providers"
 )
 
@@ -33,6 +34,7 @@ const (
 	KindUpstream      = "upstream_failed" // the proxy could not reach the target (5xx to CONNECT)
 	KindTLS           = "tls"             // the TLS handshake through the tunnel failed
 	KindBadURL        = "bad_url"         // the probe URL or proxy address cannot be used
+	KindEgressDenied  = "egress_denied"   // the egress policy forbids connecting to the proxy
 	KindCanceled      = "canceled"        // the scheduler stopped the probe
 	KindError         = "error"           // anything else
 	// A response with an unexpected status is "status_<code>", e.g. "status_503".
@@ -57,6 +59,8 @@ type Target struct {
 	// Credentials, when set, authenticate the probe to the proxy (HTTP Basic, on the CONNECT
 	// or on the forwarded request).
 	Credentials *providers.Credentials
+	// Dest says whose endpoint the proxy is, for the egress policy.
+	Dest netpolicy.Dest
 }
 
 // Result is the outcome of one probe.
@@ -82,7 +86,18 @@ type Prober interface {
 // tunnel and a TLS handshake with the target, so a proxy that accepts TCP but cannot reach
 // the internet fails.
 type HTTPProber struct {
-	tr *http.Transport
+	tr     *http.Transport
+	policy *netpolicy.Policy
+}
+
+// ProberOption configures an HTTPProber.
+type ProberOption func(*HTTPProber)
+
+// WithEgressPolicy checks every connection the prober makes against pol after DNS
+// resolution, so a proxy address (or a name that resolves, or rebinds, to one) the policy
+// denies is never connected to; such a probe fails with KindEgressDenied.
+func WithEgressPolicy(pol *netpolicy.Policy) ProberOption {
+	return func(p *HTTPProber) { p.policy = pol }
 }
 
 // maxBodyBytes is how much of a probe answer is read before the connection is dropped: the
@@ -93,7 +108,15 @@ type proxyKey struct{}
 
 // NewHTTPProber returns a prober. tlsConfig is used for the target's handshake; nil means
 // the system roots (tests pass one that trusts their own server).
-func NewHTTPProber(tlsConfig *tls.Config) *HTTPProber {
+func NewHTTPProber(tlsConfig *tls.Config, opts ...ProberOption) *HTTPProber {
+	p := &HTTPProber{}
+	for _, o := range opts {
+		o(p)
+	}
+	dialer := &net.Dialer{KeepAlive: -1}
+	if p.policy != nil {
+		dialer.ControlContext = p.policy.Control
+	}
 	if tlsConfig == nil {
 		tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12}
 	}
@@ -113,7 +136,7 @@ func NewHTTPProber(tlsConfig *tls.Config) *HTTPProber {
 			}
 			return nil
 		},
-		DialContext:       (&net.Dialer{KeepAlive: -1}).DialContext,
+		DialContext:       dialer.DialContext,
 		TLSClientConfig:   tlsConfig,
 		DisableKeepAlives: true,
 		// The per-probe context bounds everything; these only stop a runaway without one.
@@ -122,7 +145,8 @@ func NewHTTPProber(tlsConfig *tls.Config) *HTTPProber {
 		MaxResponseHeaderBytes: 64 << 10,
 		DisableCompression:     true,
 	}
-	return &HTTPProber{tr: tr}
+	p.tr = tr
+	return p
 }
 
 type connectError struct{ status int }
@@ -138,6 +162,7 @@ func (p *HTTPProber) Probe(ctx context.Context, t Target) Result {
 	}
 	proxyURL := t.Credentials.ProxyURL(t.Proxy)
 	ctx = context.WithValue(ctx, proxyKey{}, proxyURL)
+	ctx = netpolicy.WithDest(ctx, t.Dest)
 	if t.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, t.Timeout)
@@ -180,6 +205,8 @@ func classify(ctx context.Context, err error) string {
 	switch {
 	case errors.As(err, &ce) && ce.status == http.StatusProxyAuthRequired:
 		return KindProxyAuth
+	case errors.Is(err, netpolicy.ErrDenied):
+		return KindEgressDenied
 	case errors.As(err, &ce) && ce.status >= 500:
 		return KindUpstream
 	case errors.As(err, &ce):

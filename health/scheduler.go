@@ -14,8 +14,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/fleet"
 	"github.com/proxy-operator/proxy-operator/lifecycle"
+	"github.com/proxy-operator/proxy-operator/netpolicy"
 )
 
 // DefaultWorkers bounds concurrent probes when Config.Workers is zero.
@@ -239,6 +241,7 @@ func (l *loop) sync(ps []fleet.Proxy) {
 			Timeout:     time.Duration(hc.TimeoutSeconds) * s.unit,
 			Expected:    hc.ExpectedStatusCodes,
 			Credentials: p.Credentials,
+			Dest:        netpolicy.Dest{External: p.Mode == v1.ModeExternal, Provider: p.Provider},
 		}
 		interval := time.Duration(max(hc.IntervalSeconds, 1)) * s.unit
 		e, ok := l.entries[p.Key]

@@ -68,3 +68,28 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkReapWithCooldowns is one Reap while the store remembers n cooldowns that are not
+// yet due. Reap walks a heap, so its cost should stay flat as n grows (it used to walk the
+// whole table under the lock every second).
+func BenchmarkReapWithCooldowns(b *testing.B) {
+	ctx := context.Background()
+	for _, n := range []int{0, 1000, 60000} {
+		b.Run(fmt.Sprintf("cooldowns=%d", n), func(b *testing.B) {
+			view, health, _ := benchFleet(100)
+			m := NewMemory(Config{Fleet: view, Health: health, MaxCooldownsPerProxy: n + 1, MaxCooldowns: n + 1})
+			l, err := m.Acquire(ctx, Request{TTL: time.Hour})
+			if err != nil {
+				b.Fatal(err)
+			}
+			for i := range n {
+				if _, err := m.Report(ctx, l.ID, Report{Result: ResultRateLimited, Target: fmt.Sprint("t", i)}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for b.Loop() {
+				m.Reap()
+			}
+		})
+	}
+}

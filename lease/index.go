@@ -20,6 +20,7 @@ type entry struct {
 	p       fleet.Proxy
 	load    int
 	healthy bool  // leasable by the last verdict the index saw
+	denied  bool  // refused by Config.Admit: never leased
 	latency int64 // from that verdict
 	bucket  *bucket
 	inTree  bool
@@ -28,6 +29,8 @@ type entry struct {
 // bucket holds the proxies with one exact attribute set. Those that can take a lease by the
 // index's view sit in tree; the others are only counted, for the 409 answer.
 type bucket struct {
+	key       string
+	ns        string // buckets are per namespace too, so a lease can be scoped to namespaces
 	attrs     map[string]string
 	tree      *btree.BTreeG[*entry]
 	size      int
@@ -65,10 +68,11 @@ func attrKey(attrs map[string]string) string {
 
 // attach files e in the bucket for its attributes, creating it when new.
 func (m *Memory) attach(e *entry) {
-	k := attrKey(e.p.Attributes)
+	ns := namespaceOf(e.p.Key)
+	k := ns + "\x01" + attrKey(e.p.Attributes)
 	b := m.buckets[k]
 	if b == nil {
-		b = &bucket{attrs: maps.Clone(e.p.Attributes), tree: btree.NewG(16, less)}
+		b = &bucket{key: k, ns: ns, attrs: maps.Clone(e.p.Attributes), tree: btree.NewG(16, less)}
 		m.buckets[k] = b
 		clear(m.selCache)
 	}
@@ -87,7 +91,7 @@ func (m *Memory) detach(e *entry) {
 	b.size--
 	e.bucket = nil
 	if b.size == 0 {
-		delete(m.buckets, attrKey(b.attrs))
+		delete(m.buckets, b.key)
 		clear(m.selCache)
 	}
 }
@@ -147,4 +151,10 @@ func (m *Memory) match(sel map[string]string) []*bucket {
 	}
 	m.selCache[k] = bs
 	return bs
+}
+
+// namespaceOf is the namespace part of a "namespace/name" key.
+func namespaceOf(key string) string {
+	ns, _, _ := strings.Cut(key, "/")
+	return ns
 }

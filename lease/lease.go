@@ -22,10 +22,36 @@ var (
 	ErrNoMatch = errors.New("no proxy available")
 	// ErrInvalid is returned for a request the store cannot act on (the caller validates first).
 	ErrInvalid = errors.New("invalid lease request")
+	// ErrTooManyCooldowns is wrapped by *TooManyCooldownsError when a report would start a
+	// cooldown beyond the store's bound.
+	ErrTooManyCooldowns = errors.New("too many cooldowns")
 	// ErrUnavailable is wrapped by a shared store's errors when its backend cannot be reached
 	// or does not answer in time: the request may be retried, nothing was decided.
 	ErrUnavailable = errors.New("lease store unavailable")
 )
+
+// Default bounds on remembered cooldowns (see Store.Report).
+const (
+	DefaultMaxCooldownsPerProxy = 1024
+	DefaultMaxCooldowns         = 65536
+)
+
+// TooManyCooldownsError says which bound a refused report hit.
+type TooManyCooldownsError struct {
+	// Scope is "proxy" (the proxy's own bound) or "total" (the store's).
+	Scope string
+	Limit int
+	Proxy string
+}
+
+func (e *TooManyCooldownsError) Error() string {
+	if e.Scope == "proxy" {
+		return fmt.Sprintf("proxy %s already remembers %d cooldowns, the per-proxy limit", e.Proxy, e.Limit)
+	}
+	return fmt.Sprintf("the store already remembers %d cooldowns, the total limit", e.Limit)
+}
+
+func (e *TooManyCooldownsError) Unwrap() error { return ErrTooManyCooldowns }
 
 // Store holds leases and cooldowns. Memory is the embedded default; lease/redisstore is the
 // shared store that any number of discovery replicas use at once.
@@ -39,6 +65,14 @@ type Store interface {
 	Renew(ctx context.Context, id string, ttl time.Duration) (Lease, error)
 	// Report records what a crawler saw through a lease's proxy; rate_limited and banned
 	// start or grow that proxy's cooldown for the target. ErrNotFound when the lease is gone.
+	//
+	// Cooldowns are bounded: a (proxy, target) pair is remembered from its first report until
+	// its forget time (the cooldown's end plus as long again), and a report that would add a
+	// new pair while the proxy already remembers MaxCooldownsPerProxy pairs, or the store
+	// MaxCooldowns in total, is refused with a *TooManyCooldownsError (ErrTooManyCooldowns)
+	// and changes nothing. A report on a pair already remembered is never refused. Forgotten
+	// pairs stop counting at once, whether or not they have been reaped yet. Expiry must not
+	// cost O(all entries) under a lock held by Acquire.
 	Report(ctx context.Context, id string, r Report) (Cooldown, error)
 	// Count is the number of live leases. A shared store can fail to answer (ErrUnavailable).
 	Count(ctx context.Context) (int, error)
@@ -73,6 +107,9 @@ type Request struct {
 	Target string
 	// SessionKey, when set, asks for the proxy the same key got last, while it still fits.
 	SessionKey string
+	// Namespaces, when not nil, limits the lease to proxies in these namespaces (the caller's
+	// lease rights); the NoMatchError then counts only those proxies.
+	Namespaces []string
 }
 
 // Lease is a granted lease.

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -63,11 +64,19 @@ type Config struct {
 	// MaxSessions bounds the session table: beyond it a new key still gets a lease, unbound,
 	// so clients that mint a key per request cannot grow memory without end.
 	MaxSessions int
+	// MaxCooldownsPerProxy and MaxCooldowns bound the remembered cooldowns per proxy and in
+	// total (defaults DefaultMaxCooldownsPerProxy, DefaultMaxCooldowns); see Store.Report.
+	MaxCooldownsPerProxy int
+	MaxCooldowns         int
 	// ReapInterval and HealthRefresh pace Run; MinSyncInterval bounds how often Acquire
 	// re-reads the whole fleet when the view keeps changing (0 in tests: on every change).
 	ReapInterval    time.Duration
 	HealthRefresh   time.Duration
 	MinSyncInterval time.Duration
+	// Admit, when set, is asked once per version of a proxy record whether the proxy may be
+	// leased at all (the egress policy: a denied endpoint is never handed to a crawler,
+	// whatever its health says).
+	Admit func(fleet.Proxy) error
 	// Observe, when set, is called with every change while the store's lock is held: it
 	// must be quick and must not call back into the store.
 	Observe func(Event)
@@ -92,8 +101,11 @@ type Memory struct {
 	leases   map[string]*held
 	expiry   expiryHeap
 	cool     map[coolKey]*cooldown
+	coolBy   map[string]int // remembered cooldowns per proxy
+	forget   coolHeap       // cooldowns by forget time
 	sessions map[string]*session
 	denied   map[string]int64 // no-capacity answers per pool attribute value
+	idle     idleHeap         // sessions without live leases, by until
 	// byTarget counts live leases per (target, proxy): at most one, see check.
 	byTarget map[coolKey]int
 }
@@ -110,14 +122,18 @@ type held struct {
 type coolKey struct{ target, proxy string }
 
 type cooldown struct {
+	key           coolKey
 	until, forget time.Time
 	strikes       int
+	index         int // in forget
 }
 
 type session struct {
+	key   string
 	proxy string
 	until time.Time // zero while a lease of the session is live
 	live  int
+	index int // in idle while live is 0, else -1
 }
 
 // NewMemory returns an empty store reading cfg.Fleet and cfg.Health.
@@ -139,6 +155,12 @@ func NewMemory(cfg Config) *Memory {
 	if cfg.MaxSessions <= 0 {
 		cfg.MaxSessions = DefaultMaxSessions
 	}
+	if cfg.MaxCooldownsPerProxy <= 0 {
+		cfg.MaxCooldownsPerProxy = DefaultMaxCooldownsPerProxy
+	}
+	if cfg.MaxCooldowns <= 0 {
+		cfg.MaxCooldowns = DefaultMaxCooldowns
+	}
 	if cfg.MinSyncInterval < 0 {
 		cfg.MinSyncInterval = 0
 	}
@@ -149,6 +171,7 @@ func NewMemory(cfg Config) *Memory {
 		selCache: map[string][]*bucket{},
 		leases:   map[string]*held{},
 		cool:     map[coolKey]*cooldown{},
+		coolBy:   map[string]int{},
 		sessions: map[string]*session{},
 		byTarget: map[coolKey]int{},
 	}
@@ -175,7 +198,7 @@ func (m *Memory) Acquire(_ context.Context, r Request) (Lease, error) {
 
 	if r.SessionKey != "" {
 		if s := m.sessions[r.SessionKey]; s != nil {
-			if e := m.entries[s.proxy]; e != nil && fleet.Matches(e.p.Attributes, r.Selector) {
+			if e := m.entries[s.proxy]; e != nil && fleet.Matches(e.p.Attributes, r.Selector) && inNamespaces(e.bucket, r.Namespaces) {
 				if h, v := m.check(e, r.Target, now); v == fits {
 					return m.grant(e, h, r, now), nil
 				}
@@ -192,6 +215,9 @@ func (m *Memory) Acquire(_ context.Context, r Request) (Lease, error) {
 	)
 	var fullPools []*bucket // buckets with a member at capacity: demand for their pool
 	for _, b := range m.match(r.Selector) {
+		if !inNamespaces(b, r.Namespaces) {
+			continue
+		}
 		before := nm.AtCapacity
 		nm.Matching += b.size
 		nm.Unhealthy += b.unhealthy
@@ -234,6 +260,10 @@ func (m *Memory) Acquire(_ context.Context, r Request) (Lease, error) {
 	return m.grant(best, bestH, r, now), nil
 }
 
+func inNamespaces(b *bucket, nss []string) bool {
+	return nss == nil || b != nil && slices.Contains(nss, b.ns)
+}
+
 // verdict is why a proxy can or cannot take a lease now.
 type verdict int
 
@@ -254,7 +284,7 @@ func (m *Memory) check(e *entry, target string, now time.Time) (lifecycle.Health
 	}
 	h := m.cfg.Health.Health(e.p.Key)
 	switch {
-	case !Leasable(p, h):
+	case e.denied || !Leasable(p, h):
 		return h, unhealthy
 	case e.load >= int(p.MaxLeases):
 		return h, full
@@ -285,11 +315,17 @@ func (m *Memory) grant(e *entry, h lifecycle.Health, r Request, now time.Time) L
 		if s == nil || s.proxy != e.p.Key {
 			// Leases of the old binding still count down on their own proxy: end() only
 			// touches the session when the proxies agree.
-			s = &session{proxy: e.p.Key}
+			if s != nil && s.index >= 0 {
+				heap.Remove(&m.idle, s.index)
+			}
+			s = &session{key: r.SessionKey, proxy: e.p.Key, index: -1}
 			m.sessions[r.SessionKey] = s
 		}
 		s.live++
 		s.until = time.Time{}
+		if s.index >= 0 {
+			heap.Remove(&m.idle, s.index)
+		}
 	}
 	m.emit(Event{Kind: EventGranted, At: now, LeaseID: l.id, Proxy: e.p.Key, Target: r.Target, Health: h})
 	return Lease{ID: l.id, Proxy: e.p, Health: h, Active: e.load, Target: r.Target, SessionKey: r.SessionKey, ExpiresAt: l.expires}
@@ -317,6 +353,11 @@ func (m *Memory) end(l *held, kind EventKind, now time.Time) {
 			s.live--
 			if s.live <= 0 {
 				s.live, s.until = 0, now.Add(m.cfg.SessionIdle)
+				if s.index >= 0 {
+					heap.Fix(&m.idle, s.index)
+				} else {
+					heap.Push(&m.idle, s)
+				}
 			}
 		}
 	}
@@ -395,11 +436,19 @@ func (m *Memory) Report(_ context.Context, id string, r Report) (Cooldown, error
 	if r.Result == ResultBanned {
 		base = m.cfg.BannedCooldown
 	}
+	m.reapCooldownsLocked(now)
 	k := coolKey{r.Target, l.proxy}
 	c := m.cool[k]
-	if c == nil || !now.Before(c.forget) {
-		c = &cooldown{}
+	if c == nil {
+		if n := m.coolBy[l.proxy]; n >= m.cfg.MaxCooldownsPerProxy {
+			return Cooldown{}, fmt.Errorf("report: %w", &TooManyCooldownsError{Scope: "proxy", Limit: m.cfg.MaxCooldownsPerProxy, Proxy: l.proxy})
+		}
+		if len(m.cool) >= m.cfg.MaxCooldowns {
+			return Cooldown{}, fmt.Errorf("report: %w", &TooManyCooldownsError{Scope: "total", Limit: m.cfg.MaxCooldowns})
+		}
+		c = &cooldown{key: k, index: -1}
 		m.cool[k] = c
+		m.coolBy[l.proxy]++
 	}
 	c.strikes++
 	d := cooldownFor(r, base, c.strikes, m.cfg.MaxCooldown)
@@ -410,6 +459,11 @@ func (m *Memory) Report(_ context.Context, id string, r Report) (Cooldown, error
 	// Strikes are remembered for as long again as the cooldown, so a proxy that is limited
 	// again soon after it comes back cools for longer.
 	c.forget = c.until.Add(d)
+	if c.index >= 0 {
+		heap.Fix(&m.forget, c.index)
+	} else {
+		heap.Push(&m.forget, c)
+	}
 	m.emit(Event{Kind: EventCooled, At: now, LeaseID: l.id, Proxy: l.proxy, Target: r.Target, Until: c.until})
 	out.Until, out.Strikes = c.until, c.strikes
 	return out, nil
@@ -495,22 +549,37 @@ func (m *Memory) behind() bool {
 	return !m.synced || m.cfg.Fleet.Version() != m.version
 }
 
-// Reap expires leases, cooldowns and sessions whose time has come.
+// Reap expires leases, cooldowns and sessions whose time has come. Each kind is kept in a
+// heap by expiry, so a reap costs O(log n) per entry that goes, not a walk of the tables:
+// a flood of cooldowns or sessions cannot stretch the time Acquire waits for the lock.
 func (m *Memory) Reap() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.cfg.Now()
 	m.reapLocked(now)
-	for k, c := range m.cool {
-		if !now.Before(c.forget) {
-			delete(m.cool, k)
+	m.reapCooldownsLocked(now)
+	for len(m.idle) > 0 && !now.Before(m.idle[0].until) {
+		s := heap.Pop(&m.idle).(*session)
+		delete(m.sessions, s.key)
+	}
+}
+
+func (m *Memory) reapCooldownsLocked(now time.Time) {
+	for len(m.forget) > 0 && !now.Before(m.forget[0].forget) {
+		c := heap.Pop(&m.forget).(*cooldown)
+		delete(m.cool, c.key)
+		if m.coolBy[c.key.proxy]--; m.coolBy[c.key.proxy] <= 0 {
+			delete(m.coolBy, c.key.proxy)
 		}
 	}
-	for k, s := range m.sessions {
-		if s.live == 0 && !now.Before(s.until) {
-			delete(m.sessions, k)
-		}
-	}
+}
+
+// CooldownCount is the number of remembered cooldowns (an optional capability of a Store,
+// read by the discovery metrics).
+func (m *Memory) CooldownCount() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.cool)
 }
 
 func (m *Memory) reapLocked(now time.Time) {
@@ -545,8 +614,9 @@ func (m *Memory) syncLocked(now time.Time) {
 			m.detach(e)
 		}
 		e.p = p
+		e.denied = m.cfg.Admit != nil && m.cfg.Admit(p) != nil
 		h := m.cfg.Health.Health(p.Key)
-		e.healthy, e.latency = Leasable(p, h), h.LatencyMillis
+		e.healthy, e.latency = !e.denied && Leasable(p, h), h.LatencyMillis
 		m.attach(e)
 	}
 	var gone map[string]bool
@@ -589,7 +659,7 @@ func (m *Memory) RefreshHealth() {
 }
 
 func (m *Memory) refreshEntry(e *entry, h lifecycle.Health) {
-	ok := Leasable(e.p, h)
+	ok := !e.denied && Leasable(e.p, h)
 	if ok == e.healthy && h.LatencyMillis == e.latency {
 		return
 	}
@@ -623,4 +693,50 @@ func (h *expiryHeap) Pop() any {
 	*h = old[:len(old)-1]
 	l.index = -1
 	return l
+}
+
+// coolHeap orders remembered cooldowns by the time they are forgotten.
+type coolHeap []*cooldown
+
+func (h coolHeap) Len() int           { return len(h) }
+func (h coolHeap) Less(i, j int) bool { return h[i].forget.Before(h[j].forget) }
+func (h coolHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *coolHeap) Push(x any) {
+	c := x.(*cooldown)
+	c.index = len(*h)
+	*h = append(*h, c)
+}
+func (h *coolHeap) Pop() any {
+	old := *h
+	c := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	c.index = -1
+	return c
+}
+
+// idleHeap orders sessions without live leases by the time they are dropped.
+type idleHeap []*session
+
+func (h idleHeap) Len() int           { return len(h) }
+func (h idleHeap) Less(i, j int) bool { return h[i].until.Before(h[j].until) }
+func (h idleHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *idleHeap) Push(x any) {
+	s := x.(*session)
+	s.index = len(*h)
+	*h = append(*h, s)
+}
+func (h *idleHeap) Pop() any {
+	old := *h
+	s := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	s.index = -1
+	return s
 }

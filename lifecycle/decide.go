@@ -28,6 +28,10 @@ func Decide(in Input) Decision {
 		LastHealthCheckTime: p.Status.LastHealthCheckTime,
 		LatencyMillis:       p.Status.LatencyMillis,
 	}
+	if in.ForeignInstance != "" && d.st.ProviderID == in.ForeignInstance {
+		// Not ours: forget the pointer so nothing later acts on it.
+		d.st.ProviderID = ""
+	}
 	if in.SpecErr != nil && !in.Finalizing {
 		d.invalid(in.SpecErr)
 	} else if p.Spec.Mode == v1.ModeExternal {
@@ -41,8 +45,28 @@ func Decide(in Input) Decision {
 		d.st.Phase = v1.PhasePending
 	}
 	d.readiness()
+	d.foreignCondition()
 	d.out.Status = d.st
 	return d.out
+}
+
+// foreignCondition reports an instance ignored because another Proxy owns it; the condition
+// stays for the rest of the generation so the one sync that saw it is not the only record.
+func (d *decider) foreignCondition() {
+	if id := d.in.ForeignInstance; id != "" {
+		owner := d.in.ForeignOwner
+		if owner == "" {
+			owner = "none"
+		}
+		d.setCondition(v1.ConditionForeignInstanceIgnored, metav1.ConditionTrue, ReasonOwnerMismatch,
+			fmt.Sprintf("status.providerID named instance %s, whose owner tag (%s) is not this Proxy's UID; it was ignored, not read or deleted", id, owner))
+		return
+	}
+	if c := findCondition(d.prev.Conditions, v1.ConditionForeignInstanceIgnored); c != nil && c.ObservedGeneration == d.gen {
+		if findCondition(d.st.Conditions, v1.ConditionForeignInstanceIgnored) == nil {
+			d.st.Conditions = upsert(d.st.Conditions, *c)
+		}
+	}
 }
 
 type decider struct {

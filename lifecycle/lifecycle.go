@@ -80,6 +80,11 @@ type Input struct {
 	// ObserveErr is a failed observation other than not-found.
 	Instance   *providers.Instance
 	ObserveErr error
+	// ForeignInstance is the provider ID status.providerID named whose instance carries
+	// another owner's tag (or none): the webhook passes Instance nil, as not found, so nothing
+	// acts on it, and the status says so. ForeignOwner is the owner tag it carries.
+	ForeignInstance string
+	ForeignOwner    string
 	// Outcome is set on the second pass, after the webhook ran the first pass's action.
 	Outcome *Outcome
 	// Health is the prober's verdict.
@@ -142,6 +147,7 @@ const (
 	ReasonAwaitingProbe       = "AwaitingProbe"
 	ReasonProbeSucceeded      = "ProbeSucceeded"
 	ReasonProbeFailed         = "ProbeFailed"
+	ReasonOwnerMismatch       = "OwnerMismatch"
 )
 
 // Backoff is the resync delay after n consecutive transient failures: 5s doubling, capped at 5m.

@@ -549,17 +549,36 @@ func TestWiringAgrees(t *testing.T) {
 		}
 	})
 
-	t.Run("discovery token comes from an optional Secret", func(t *testing.T) {
-		var ref *corev1.SecretKeySelector
-		for _, e := range c.Env {
-			if e.Name == "DISCOVERY_TOKEN" && e.ValueFrom != nil {
-				ref = e.ValueFrom.SecretKeyRef
+	t.Run("discovery tokens come from a required Secret", func(t *testing.T) {
+		path, ok := argValue(c.Args, "-discovery-token-file")
+		if !ok {
+			t.Fatalf("container args %q lack -discovery-token-file: discovery would not start", c.Args)
+		}
+		var volume string
+		for _, m := range c.VolumeMounts {
+			if filepath.Dir(path) == filepath.Clean(m.MountPath) {
+				volume = m.Name
 			}
 		}
-		optional := true
-		want := &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: tokenSecret}, Key: "token", Optional: &optional}
-		if diff := cmp.Diff(want, ref); diff != "" {
-			t.Errorf("DISCOVERY_TOKEN secretKeyRef (-want +got):\n%s", diff)
+		var src *corev1.SecretVolumeSource
+		for _, v := range pod.Spec.Volumes {
+			if v.Name == volume {
+				src = v.Secret
+			}
+		}
+		if src == nil || src.SecretName != tokenSecret {
+			t.Fatalf("%s is not mounted from Secret %s", path, tokenSecret)
+		}
+		if src.Optional != nil && *src.Optional {
+			t.Error("the discovery Secret is optional: without it discovery must not start")
+		}
+		if filepath.Base(path) != "token" {
+			t.Errorf("token file %s, want the Secret's key token", path)
+		}
+		for _, e := range c.Env {
+			if e.Name == "DISCOVERY_TOKEN" {
+				t.Error("DISCOVERY_TOKEN is still set: the file is the one source")
+			}
 		}
 	})
 

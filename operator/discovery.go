@@ -22,6 +22,8 @@ type DiscoveryConfig struct {
 	// DiscoveryToken is the bearer token (DISCOVERY_TOKEN); DiscoveryTokenFile wins over it.
 	DiscoveryToken     string
 	DiscoveryTokenFile string
+	// DiscoveryInsecure serves without a token (see Config.DiscoveryInsecure).
+	DiscoveryInsecure bool
 	// LeaseStore is the Redis URL (required); LeaseStorePasswordFile holds its password.
 	LeaseStore             string
 	LeaseStorePasswordFile string
@@ -81,7 +83,7 @@ func NewDiscovery(cfg DiscoveryConfig) (*Discovery, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	token, err := discovery.Token(cfg.DiscoveryToken, cfg.DiscoveryTokenFile)
+	tokens, err := discovery.Tokens(cfg.DiscoveryToken, cfg.DiscoveryTokenFile, cfg.DiscoveryInsecure)
 	if err != nil {
 		return nil, err
 	}
@@ -90,7 +92,7 @@ func NewDiscovery(cfg DiscoveryConfig) (*Discovery, error) {
 	if err != nil {
 		return nil, err
 	}
-	disc := &discovery.Discovery{Fleet: b.reader, Health: b.reader, Leases: b.store, Token: token,
+	disc := &discovery.Discovery{Fleet: b.reader, Health: b.reader, Leases: b.store, Tokens: tokens, Insecure: cfg.DiscoveryInsecure,
 		Log: log.With("component", "discovery"), Registerer: prometheus.NewRegistry(), MaxTTL: cfg.LeaseMaxTTL}
 	ln, err := net.Listen("tcp", cfg.DiscoveryAddr)
 	if err != nil {

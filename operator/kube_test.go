@@ -52,7 +52,7 @@ func TestOperatorWithAPIServer(t *testing.T) {
 	})
 
 	zero := mock.Duration(0)
-	op, err := operator.New(operator.Config{HookAddr: "127.0.0.1:0", DiscoveryAddr: "127.0.0.1:0", Kubeconfig: kubetest.Kubeconfig(t, rc),
+	op, err := operator.New(operator.Config{HookAddr: "127.0.0.1:0", DiscoveryAddr: "127.0.0.1:0", DiscoveryInsecure: true, Kubeconfig: kubetest.Kubeconfig(t, rc),
 		Providers: &factory.Config{Providers: []factory.Entry{{Name: "mock", Type: "mock", Mock: &mock.Config{ServeProxies: true, ProvisioningDelay: zero}}}}})
 	if err != nil {
 		t.Fatal(err)

@@ -12,12 +12,15 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"k8s.io/client-go/dynamic"
 
+	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/events"
 	"github.com/proxy-operator/proxy-operator/fleet"
 	"github.com/proxy-operator/proxy-operator/gc"
@@ -26,6 +29,8 @@ import (
 	"github.com/proxy-operator/proxy-operator/kube"
 	"github.com/proxy-operator/proxy-operator/lease"
 	"github.com/proxy-operator/proxy-operator/lifecycle"
+	"github.com/proxy-operator/proxy-operator/membudget"
+	"github.com/proxy-operator/proxy-operator/netpolicy"
 	"github.com/proxy-operator/proxy-operator/poolhook"
 	"github.com/proxy-operator/proxy-operator/providers"
 	"github.com/proxy-operator/proxy-operator/providers/factory"
@@ -60,11 +65,28 @@ type Config struct {
 	ShutdownGrace time.Duration
 	// CaptureDir, when set, receives every handled hook call as a replayable fixture.
 	CaptureDir string
+	// CaptureMaxBytes caps the capture directory (0: replay.DefaultCaptureMaxBytes);
+	// CaptureSecrets keeps Secret data in captures instead of redacting it.
+	CaptureMaxBytes int64
+	CaptureSecrets  bool
+	// HookMemoryLimit is the memory limit the hook body budget is sized from (a quarter of
+	// it); 0: GOMEMLIMIT, else the cgroup's limit, else 1 GiB.
+	HookMemoryLimit int64
+	// HookBodyReadTimeout bounds reading one hook body (0: hooks.DefaultBodyReadTimeout).
+	HookBodyReadTimeout time.Duration
 
-	// DiscoveryToken is the bearer token (DISCOVERY_TOKEN); DiscoveryTokenFile wins over it.
-	// Both empty: auth off.
+	// AllowLoopbackProxies lets any proxy (External ones included) be on loopback; the mock
+	// provider's instances are allowed there without it.
+	AllowLoopbackProxies bool
+	// ExternalCIDRs, when not empty, are the only places External endpoints may be.
+	ExternalCIDRs []netip.Prefix
+
+	// DiscoveryToken is one bearer token with every right (DISCOVERY_TOKEN);
+	// DiscoveryTokenFile (one token per line, or scoped tokens in YAML: access.Load) wins
+	// over it. Both empty is an error unless DiscoveryInsecure.
 	DiscoveryToken     string
 	DiscoveryTokenFile string
+	DiscoveryInsecure  bool
 	LeaseMaxTTL        time.Duration
 	LeaseCooldown      time.Duration
 	LeaseBanCooldown   time.Duration
@@ -118,21 +140,22 @@ type Config struct {
 // Defaults returns a Config holding every default: what the flags say when none is given.
 func Defaults() Config {
 	return Config{
-		HookAddr:         ":8080",
-		DiscoveryAddr:    discovery.DefaultDiscoveryAddr,
-		ProviderTimeout:  hooks.DefaultProviderTimeout,
-		MaxBodyBytes:     hooks.DefaultMaxBodyBytes,
-		FleetWarmup:      3 * time.Minute,
-		ShutdownGrace:    20 * time.Second,
-		LeaseMaxTTL:      discovery.DefaultMaxLeaseTTL,
-		LeaseCooldown:    15 * time.Minute,
-		LeaseBanCooldown: time.Hour,
-		LeaseMaxCooldown: 24 * time.Hour,
-		ProbeWorkers:     health.DefaultWorkers,
-		HealthResyncQPS:  health.DefaultResyncQPS,
-		GCInterval:       gc.DefaultInterval,
-		GCMinAge:         gc.DefaultMinAge,
-		GCMaxDeletions:   20,
+		HookAddr:            ":8080",
+		DiscoveryAddr:       discovery.DefaultDiscoveryAddr,
+		ProviderTimeout:     hooks.DefaultProviderTimeout,
+		HookBodyReadTimeout: hooks.DefaultBodyReadTimeout,
+		MaxBodyBytes:        hooks.DefaultMaxBodyBytes,
+		FleetWarmup:         3 * time.Minute,
+		ShutdownGrace:       20 * time.Second,
+		LeaseMaxTTL:         discovery.DefaultMaxLeaseTTL,
+		LeaseCooldown:       15 * time.Minute,
+		LeaseBanCooldown:    time.Hour,
+		LeaseMaxCooldown:    24 * time.Hour,
+		ProbeWorkers:        health.DefaultWorkers,
+		HealthResyncQPS:     health.DefaultResyncQPS,
+		GCInterval:          gc.DefaultInterval,
+		GCMinAge:            gc.DefaultMinAge,
+		GCMaxDeletions:      20,
 	}
 }
 
@@ -262,7 +285,29 @@ func New(cfg Config) (_ *Operator, err error) {
 	for _, e := range o.providers.Entries() {
 		log.Info("provider configured", "provider", e.Name, "type", e.Type)
 	}
-	token, err := discovery.Token(cfg.DiscoveryToken, cfg.DiscoveryTokenFile)
+	tokens, err := discovery.Tokens(cfg.DiscoveryToken, cfg.DiscoveryTokenFile, cfg.DiscoveryInsecure)
+	if err != nil {
+		return nil, err
+	}
+	if tokens != nil {
+		log.Info("discovery tokens loaded", "count", tokens.Len())
+	}
+
+	// Listeners first: the egress policy must know their bound addresses.
+	if o.hookLn, err = net.Listen("tcp", cfg.HookAddr); err != nil {
+		return nil, fmt.Errorf("hook listener: %w", err)
+	}
+	if o.discLn, err = net.Listen("tcp", cfg.DiscoveryAddr); err != nil {
+		return nil, fmt.Errorf("discovery listener: %w", err)
+	}
+	var loopbackProviders []string
+	for _, e := range o.providers.Entries() {
+		if e.Type == "mock" {
+			loopbackProviders = append(loopbackProviders, e.Name)
+		}
+	}
+	egress, err := netpolicy.New(netpolicy.Config{AllowLoopback: cfg.AllowLoopbackProxies, LoopbackProviders: loopbackProviders,
+		ExternalCIDRs: cfg.ExternalCIDRs, OwnListeners: []string{o.HookAddr(), o.DiscoveryAddr(), cfg.HookAddr, cfg.DiscoveryAddr}})
 	if err != nil {
 		return nil, err
 	}
@@ -272,7 +317,7 @@ func New(cfg Config) (_ *Operator, err error) {
 	}
 
 	o.fleet = fleet.New(time.Now, cfg.FleetWarmup)
-	o.prober = health.NewHTTPProber(nil)
+	o.prober = health.NewHTTPProber(nil, health.WithEgressPolicy(egress))
 	hlog := cfg.HealthLog
 	if hlog == nil {
 		hlog = log.With("component", "health")
@@ -301,7 +346,12 @@ func New(cfg Config) (_ *Operator, err error) {
 		Gatherer:        gat,
 		MaxBodyBytes:    cfg.MaxBodyBytes,
 		ProviderTimeout: cfg.ProviderTimeout,
+		BodyReadTimeout: cfg.HookBodyReadTimeout,
+		Egress:          egress,
 	}
+	memLimit, memSource := membudget.Limit(cfg.HookMemoryLimit)
+	h.Budget = membudget.ForLimit(memLimit, 0, 0, cfg.MaxBodyBytes)
+	log.Info("hook memory budget", "bytes", h.Budget.Size(), "memoryLimit", memLimit, "from", memSource)
 	if o.events != nil {
 		h.Events = o.events
 	}
@@ -310,10 +360,11 @@ func New(cfg Config) (_ *Operator, err error) {
 		if err != nil {
 			return nil, err
 		}
+		rec.MaxBytes, rec.KeepSecrets = cfg.CaptureMaxBytes, cfg.CaptureSecrets
 		h.Recorder = rec
 		log.Warn("capturing every hook call", "dir", cfg.CaptureDir)
 	}
-	disc := &discovery.Discovery{Fleet: o.fleet, Health: o.sched, Token: token,
+	disc := &discovery.Discovery{Fleet: o.fleet, Health: o.sched, Tokens: tokens, Insecure: cfg.DiscoveryInsecure,
 		Log: log.With("component", "discovery"), Registerer: reg, MaxTTL: cfg.LeaseMaxTTL}
 
 	if cfg.LeaseStore == "" {
@@ -323,6 +374,9 @@ func New(cfg Config) (_ *Operator, err error) {
 			BannedCooldown:      cfg.LeaseBanCooldown,
 			MaxCooldown:         cfg.LeaseMaxCooldown,
 			Observe:             cfg.LeaseObserve,
+			Admit: func(p fleet.Proxy) error {
+				return egress.CheckHost(p.IP, uint16(p.Port), netpolicy.Dest{External: p.Mode == v1.ModeExternal, Provider: p.Provider})
+			},
 		})
 		o.store = o.memory
 	} else {
@@ -363,12 +417,6 @@ func New(cfg Config) (_ *Operator, err error) {
 
 	o.hookSrv = h.Server()
 	o.discSrv = disc.Server("")
-	if o.hookLn, err = net.Listen("tcp", cfg.HookAddr); err != nil {
-		return nil, fmt.Errorf("hook listener: %w", err)
-	}
-	if o.discLn, err = net.Listen("tcp", cfg.DiscoveryAddr); err != nil {
-		return nil, fmt.Errorf("discovery listener: %w", err)
-	}
 	return o, nil
 }
 
@@ -490,13 +538,20 @@ func (o *Operator) Run(ctx context.Context) error {
 	case <-ctx.Done():
 	}
 	log.Info("shutting down")
+	// Both servers stop together under one deadline: discovery must not keep granting
+	// leases while the hooks drain (or the reverse).
 	sctx, scancel := context.WithTimeout(context.Background(), o.cfg.ShutdownGrace)
 	defer scancel()
-	if err := o.hookSrv.Shutdown(sctx); err != nil && runErr == nil {
-		runErr = fmt.Errorf("hook server shutdown: %w", err)
+	var hookErr, discErr error
+	var stopping sync.WaitGroup
+	stopping.Go(func() { hookErr = o.hookSrv.Shutdown(sctx) })
+	stopping.Go(func() { discErr = o.discSrv.Shutdown(sctx) })
+	stopping.Wait()
+	if hookErr != nil && runErr == nil {
+		runErr = fmt.Errorf("hook server shutdown: %w", hookErr)
 	}
-	if err := o.discSrv.Shutdown(sctx); err != nil && runErr == nil {
-		runErr = fmt.Errorf("discovery server shutdown: %w", err)
+	if discErr != nil && runErr == nil {
+		runErr = fmt.Errorf("discovery server shutdown: %w", discErr)
 	}
 	cancel()
 	for range background {

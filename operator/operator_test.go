@@ -86,7 +86,7 @@ func TestNewFailsCleanly(t *testing.T) {
 	}
 	hookAddr := hook.Addr().String()
 	hook.Close()
-	if _, err := operator.New(operator.Config{HookAddr: hookAddr, DiscoveryAddr: busy.Addr().String()}); err == nil ||
+	if _, err := operator.New(operator.Config{HookAddr: hookAddr, DiscoveryAddr: busy.Addr().String(), DiscoveryInsecure: true}); err == nil ||
 		!strings.Contains(err.Error(), "discovery listener") {
 		t.Fatalf("discovery port in use: %v, want a discovery listener error", err)
 	}
@@ -100,7 +100,7 @@ func TestNewFailsCleanly(t *testing.T) {
 // TestKubeconfigBroken: a kubeconfig that is named but unusable stops New, rather than the
 // operator quietly running without its Kubernetes client.
 func TestKubeconfigBroken(t *testing.T) {
-	_, err := operator.New(operator.Config{HookAddr: "127.0.0.1:0", DiscoveryAddr: "127.0.0.1:0", Kubeconfig: t.TempDir() + "/absent"})
+	_, err := operator.New(operator.Config{HookAddr: "127.0.0.1:0", DiscoveryAddr: "127.0.0.1:0", DiscoveryInsecure: true, Kubeconfig: t.TempDir() + "/absent"})
 	if err == nil || !strings.Contains(err.Error(), "kubeconfig") {
 		t.Errorf("New with a missing kubeconfig: %v, want an error naming it", err)
 	}

@@ -160,3 +160,9 @@ func InstanceName(uid, specHash string) string {
 	}
 	return name + "-" + specHash[:min(10, len(specHash))]
 }
+
+// Owned reports whether inst carries uid's owner tag: the operator never acts on an instance
+// it cannot show belongs to the Proxy asking, whatever that Proxy's status names.
+func Owned(inst *Instance, uid string) bool {
+	return inst != nil && uid != "" && inst.OwnerUID == uid
+}

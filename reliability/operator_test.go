@@ -51,6 +51,8 @@ func bootOperator(t testing.TB, o operatorOpts) *operator {
 		LeaseObserve:   o.leaseObserve,
 		ExtraProviders: o.extra,
 		ShutdownGrace:  10 * time.Second,
+		// The tests' External proxies are stub servers on 127.0.0.1.
+		AllowLoopbackProxies: true,
 	}
 	if o.providersYAML != "" {
 		pcfg, err := factory.Parse([]byte(o.providersYAML))

@@ -38,6 +38,9 @@ const (
 	// ConditionStalled is present, True, only while the phase is Failed (a state that needs a
 	// spec change or a human): kstatus computes Failed from it.
 	ConditionStalled = "Stalled"
+	// ConditionForeignInstanceIgnored is True when status.providerID named an instance
+	// another Proxy owns: the operator ignored it (neither read nor deleted it).
+	ConditionForeignInstanceIgnored = "ForeignInstanceIgnored"
 )
 
 // Defaults applied by the CRD schema and, for bodies that bypass the API server, by Default.
@@ -181,11 +184,14 @@ type CloudInitSpec struct {
 
 // SecretKeyRef names one key of a Secret in the Proxy's namespace.
 type SecretKeyRef struct {
+	// Name is a Secret's name (a DNS subdomain: no '/', so it cannot name another namespace).
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	Name string `json:"name"`
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[-._a-zA-Z0-9]+$`
 	Key string `json:"key"`
 }
 
@@ -202,6 +208,7 @@ type EndpointSpec struct {
 	// Host is an IP address or DNS name.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?|[0-9A-Fa-f.]*:[0-9A-Fa-f:.]*)$`
 	Host string `json:"host"`
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=65535

@@ -6,6 +6,14 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+
+	"github.com/proxy-operator/proxy-operator/netpolicy"
+)
+
+// The CRD's patterns for a Secret reference, repeated for bodies that skipped the API server.
+var (
+	secretName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+	secretKey  = regexp.MustCompile(`^[-._a-zA-Z0-9]+$`)
 )
 
 var secretNameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
@@ -35,6 +43,8 @@ func (s *ProxySpec) Validate() error {
 		} else {
 			if strings.TrimSpace(s.Endpoint.Host) == "" {
 				bad("endpoint.host", "required")
+			} else if err := netpolicy.ValidHost(s.Endpoint.Host); err != nil {
+				bad("endpoint.host", "%q is not an IP address or a DNS name", s.Endpoint.Host)
 			}
 			if s.Endpoint.Port < 1 || s.Endpoint.Port > 65535 {
 				bad("endpoint.port", "%d is not a port (1-65535)", s.Endpoint.Port)
@@ -65,6 +75,10 @@ func (s *ProxySpec) Validate() error {
 		}
 		if r := c.SecretRef; r != nil && (r.Name == "" || r.Key == "") {
 			bad("cloudInit.secretRef", "name and key are required")
+		} else if r != nil && !secretName.MatchString(r.Name) {
+			bad("cloudInit.secretRef.name", "%q is not a Secret name (a DNS subdomain; a Secret of another namespace cannot be named)", r.Name)
+		} else if r != nil && !secretKey.MatchString(r.Key) {
+			bad("cloudInit.secretRef.key", "%q is not a Secret key (letters, digits, '-', '_', '.')", r.Key)
 		}
 	}
 	if h := s.HealthCheck; h != nil {

@@ -4,38 +4,77 @@ import (
 	"context"
 	"crypto/subtle"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/proxy-operator/proxy-operator/providers"
 )
 
-// ServeForwardProxy listens on addr and serves a minimal HTTP forward proxy there: CONNECT
+// ErrRelayDenied is the error of a relay to a destination the mock proxy does not serve.
+var ErrRelayDenied = errors.New("mock proxy: destination not allowed")
+
+// ForwardConfig configures one mock forward proxy.
+type ForwardConfig struct {
+	// RelayAnywhere lets the proxy relay to any address. By default it relays only to
+	// loopback, so a laptop fleet cannot be used to reach the network it runs in.
+	RelayAnywhere bool
+	// Credentials, when set, must be on every request (Proxy-Authorization: Basic), as a
+	// Squid of the kubernetes provider demands: without them the answer is 407.
+	Credentials *providers.Credentials
+}
+
+// ServeForwardProxy is ServeForwardProxyWith with creds and otherwise the default config
+// (loopback only).
+func ServeForwardProxy(addr string, creds *providers.Credentials) (stop func(), err error) {
+	return ServeForwardProxyWith(addr, ForwardConfig{Credentials: creds})
+}
+
+// ServeForwardProxyWith listens on addr and serves a minimal HTTP forward proxy there: CONNECT
 // tunnels and absolute-URI GETs, so probes and crawlers on a laptop go through a real proxy.
 // It dials out from the address it listens on, so a site sees each proxy as its own client,
-// as it would a fleet of machines. With creds set, every request must carry them
-// (Proxy-Authorization: Basic), as a Squid of the kubernetes provider demands: without them
-// the answer is 407. The returned stop closes the listener and every open tunnel.
-func ServeForwardProxy(addr string, creds *providers.Credentials) (stop func(), err error) {
+// as it would a fleet of machines. The returned stop closes the listener and every open
+// connection, hijacked tunnels included: a deleted instance relays nothing more.
+func ServeForwardProxyWith(addr string, cfg ForwardConfig) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	f := newForwarder(ln.Addr())
+	fp := &forwardProxy{cfg: cfg, tunnels: map[net.Conn]struct{}{}}
+	fp.dialer = &net.Dialer{Timeout: 10 * time.Second, ControlContext: fp.control}
+	// Dial out from the listening IP (port chosen by the kernel), so a site sees each proxy
+	// as its own client, as it would a fleet of machines; a wildcard listener dials from
+	// wherever the route says.
+	if a, ok := ln.Addr().(*net.TCPAddr); ok && !a.IP.IsUnspecified() {
+		fp.dialer.LocalAddr = &net.TCPAddr{IP: a.IP}
+	}
+	fp.transport = &http.Transport{
+		Proxy:                 nil,
+		DialContext:           fp.dialer.DialContext,
+		ResponseHeaderTimeout: 30 * time.Second,
+		DisableKeepAlives:     true,
+	}
 	srv := &http.Server{
-		Handler:           requireAuth(creds, http.HandlerFunc(f.forward)),
+		Handler:           requireAuth(cfg.Credentials, http.HandlerFunc(fp.forward)),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       30 * time.Second,
 	}
 	go func() { _ = srv.Serve(ln) }()
 	return func() {
+		// Close the tunnels first: Shutdown does not know hijacked connections, and a
+		// tunnel that outlived its instance would keep relaying for whoever opened it.
+		fp.closeTunnels()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		if srv.Shutdown(ctx) != nil {
 			_ = srv.Close()
 		}
+		fp.transport.CloseIdleConnections()
 	}, nil
 }
 
@@ -58,30 +97,70 @@ func requireAuth(creds *providers.Credentials, next http.Handler) http.Handler {
 	})
 }
 
-// forwarder relays requests from one proxy address.
-type forwarder struct {
+// forwardProxy relays requests from one proxy address.
+type forwardProxy struct {
+	cfg       ForwardConfig
 	dialer    *net.Dialer
 	transport *http.Transport
+
+	mu      sync.Mutex
+	closed  bool
+	tunnels map[net.Conn]struct{} // both ends of every open tunnel
 }
 
-// newForwarder dials from the listening IP (port chosen by the kernel); a wildcard listener
-// dials from wherever the route says.
-func newForwarder(listen net.Addr) *forwarder {
-	d := &net.Dialer{Timeout: 10 * time.Second}
-	if a, ok := listen.(*net.TCPAddr); ok && !a.IP.IsUnspecified() {
-		d.LocalAddr = &net.TCPAddr{IP: a.IP}
+// control runs after DNS resolution, on the address actually dialled.
+func (fp *forwardProxy) control(_ context.Context, _, address string, _ syscall.RawConn) error {
+	if fp.cfg.RelayAnywhere {
+		return nil
 	}
-	return &forwarder{dialer: d, transport: &http.Transport{
-		Proxy:                 nil,
-		DialContext:           d.DialContext,
-		ResponseHeaderTimeout: 30 * time.Second,
-		DisableKeepAlives:     true,
-	}}
+	ap, err := netip.ParseAddrPort(address)
+	if err != nil || !ap.Addr().Unmap().IsLoopback() {
+		return fmt.Errorf("%w: %s is not loopback (set relayAnywhere to relay elsewhere)", ErrRelayDenied, address)
+	}
+	return nil
 }
 
-func (f *forwarder) forward(w http.ResponseWriter, r *http.Request) {
+// track registers conns as a tunnel; false when the proxy is already stopped.
+func (fp *forwardProxy) track(conns ...net.Conn) bool {
+	fp.mu.Lock()
+	defer fp.mu.Unlock()
+	if fp.closed {
+		return false
+	}
+	for _, c := range conns {
+		fp.tunnels[c] = struct{}{}
+	}
+	return true
+}
+
+func (fp *forwardProxy) untrack(conns ...net.Conn) {
+	fp.mu.Lock()
+	defer fp.mu.Unlock()
+	for _, c := range conns {
+		delete(fp.tunnels, c)
+	}
+}
+
+func (fp *forwardProxy) closeTunnels() {
+	fp.mu.Lock()
+	defer fp.mu.Unlock()
+	fp.closed = true
+	for c := range fp.tunnels {
+		_ = c.Close()
+	}
+	clear(fp.tunnels)
+}
+
+func relayStatus(err error) int {
+	if errors.Is(err, ErrRelayDenied) {
+		return http.StatusForbidden
+	}
+	return http.StatusBadGateway
+}
+
+func (fp *forwardProxy) forward(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodConnect {
-		f.tunnel(w, r)
+		fp.tunnel(w, r)
 		return
 	}
 	if !r.URL.IsAbs() {
@@ -92,9 +171,9 @@ func (f *forwarder) forward(w http.ResponseWriter, r *http.Request) {
 	out.RequestURI = ""
 	out.Header.Del("Proxy-Connection")
 	out.Header.Del("Proxy-Authorization")
-	resp, err := f.transport.RoundTrip(out)
+	resp, err := fp.transport.RoundTrip(out)
 	if err != nil {
-		http.Error(w, "mock proxy: "+err.Error(), http.StatusBadGateway)
+		http.Error(w, "mock proxy: "+err.Error(), relayStatus(err))
 		return
 	}
 	defer resp.Body.Close()
@@ -107,10 +186,10 @@ func (f *forwarder) forward(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.Copy(w, resp.Body)
 }
 
-func (f *forwarder) tunnel(w http.ResponseWriter, r *http.Request) {
-	upstream, err := f.dialer.DialContext(r.Context(), "tcp", r.Host)
+func (fp *forwardProxy) tunnel(w http.ResponseWriter, r *http.Request) {
+	upstream, err := fp.dialer.DialContext(r.Context(), "tcp", r.Host)
 	if err != nil {
-		http.Error(w, "mock proxy: "+err.Error(), http.StatusBadGateway)
+		http.Error(w, "mock proxy: "+err.Error(), relayStatus(err))
 		return
 	}
 	hj, ok := w.(http.Hijacker)
@@ -126,6 +205,12 @@ func (f *forwarder) tunnel(w http.ResponseWriter, r *http.Request) {
 		upstream.Close()
 		return
 	}
+	if !fp.track(client, upstream) {
+		client.Close()
+		upstream.Close()
+		return
+	}
+	defer fp.untrack(client, upstream)
 	if _, err := client.Write([]byte("HTTP/1.1 200 Connection established\r\n\r\n")); err != nil {
 		client.Close()
 		upstream.Close()

@@ -23,6 +23,9 @@ type Config struct {
 	ProvisioningDelay Duration `json:"provisioningDelay,omitempty"`
 	// ServeProxies makes every instance a real forward proxy on its own loopback address.
 	ServeProxies bool `json:"serveProxies,omitempty"`
+	// RelayAnywhere lets those proxies relay to any destination; by default they relay only
+	// to loopback.
+	RelayAnywhere bool `json:"relayAnywhere,omitempty"`
 	// Faults are injected from the start.
 	Faults []Fault `json:"faults,omitempty"`
 }
@@ -134,7 +137,10 @@ func New(cfg Config, opts ...Option) (*Provider, error) {
 		p.delay = DefaultProvisioningDelay
 	}
 	if cfg.ServeProxies {
-		p.serve = ServeForwardProxy
+		relayAnywhere := cfg.RelayAnywhere
+		p.serve = func(addr string, creds *providers.Credentials) (func(), error) {
+			return ServeForwardProxyWith(addr, ForwardConfig{RelayAnywhere: relayAnywhere, Credentials: creds})
+		}
 	}
 	for _, o := range opts {
 		o(p)

@@ -7,8 +7,6 @@ package discovery
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,7 +14,7 @@ import (
 	"math"
 	"net"
 	"net/http"
-	"os"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,6 +24,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/proxy-operator/proxy-operator/access"
 	"github.com/proxy-operator/proxy-operator/fleet"
 	"github.com/proxy-operator/proxy-operator/lease"
 	"github.com/proxy-operator/proxy-operator/lifecycle"
@@ -75,9 +74,15 @@ type Discovery struct {
 	Fleet  FleetSource
 	Health HealthSource
 	Leases lease.Store
-	// Token is the bearer token every /v1 request must carry; empty turns auth off.
+	// Tokens are the scoped bearer tokens every /v1 request must carry (access.Load).
+	Tokens *access.Tokens
+	// Token, when Tokens is nil, is one bearer token with lease rights in every namespace
+	// (DISCOVERY_TOKEN).
 	Token string
-	Log   *slog.Logger
+	// Insecure serves every /v1 request without a token, as a caller with every right. It is
+	// never implied: with no token and no Insecure, every /v1 request is refused.
+	Insecure bool
+	Log      *slog.Logger
 	// Registerer receives the lease metrics (nil: not registered).
 	Registerer prometheus.Registerer
 	Now        func() time.Time
@@ -89,9 +94,15 @@ type Discovery struct {
 
 	once       sync.Once
 	lastActive atomic.Int64 // the gauge's value when the store cannot answer
-	tokenHash  [sha256.Size]byte
+	tokens     *access.Tokens
 	requests   *prometheus.CounterVec
 	reports    *prometheus.CounterVec
+	refused    *prometheus.CounterVec
+}
+
+// cooldownCounter is the optional capability of a lease store that counts its cooldowns.
+type cooldownCounter interface {
+	CooldownCount() int
 }
 
 func (d *Discovery) init() {
@@ -116,7 +127,22 @@ func (d *Discovery) init() {
 	if d.MaxBodyBytes <= 0 {
 		d.MaxBodyBytes = DefaultDiscoveryBodyBytes
 	}
-	d.tokenHash = sha256.Sum256([]byte(d.Token))
+	d.tokens = d.Tokens
+	if d.tokens == nil && strings.TrimSpace(d.Token) != "" {
+		var err error
+		d.tokens, err = access.New([]access.TokenSpec{{Name: "DISCOVERY_TOKEN", Token: d.Token,
+			Namespaces: []string{access.AllNamespaces}, Right: access.RightLease}})
+		if err != nil {
+			d.Log.Error("discovery token unusable: every request is refused", "err", err)
+		}
+	}
+	d.refused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "proxy_operator_lease_reports_refused_total",
+		Help: "Crawler reports refused because the cooldown bound was reached, by limit (per_proxy or total).",
+	}, []string{"limit"})
+	for _, l := range []string{"per_proxy", "total"} {
+		d.refused.WithLabelValues(l)
+	}
 	d.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "proxy_operator_lease_requests_total",
 		Help: "Lease requests answered, by outcome (granted or no_match).",
@@ -132,7 +158,7 @@ func (d *Discovery) init() {
 		d.reports.WithLabelValues(string(r))
 	}
 	if d.Registerer != nil {
-		d.Registerer.MustRegister(d.requests, d.reports, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		d.Registerer.MustRegister(d.requests, d.reports, d.refused, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "proxy_operator_leases_active",
 			Help: "Leases currently held.",
 		}, func() float64 {
@@ -143,9 +169,18 @@ func (d *Discovery) init() {
 			}
 			return float64(d.lastActive.Load())
 		}))
+		if cc, ok := d.Leases.(cooldownCounter); ok {
+			d.Registerer.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "proxy_operator_lease_cooldowns",
+				Help: "Per-target cooldowns the lease store remembers.",
+			}, func() float64 { return float64(cc.CooldownCount()) }))
+		}
 	}
-	if d.Token == "" {
-		d.Log.Warn("DISCOVERY API AUTH DISABLED: no DISCOVERY_TOKEN or token file; anyone who reaches the discovery listener can list and lease proxies")
+	switch {
+	case d.Insecure:
+		d.Log.Warn("DISCOVERY API AUTH DISABLED (-discovery-insecure): anyone who reaches the discovery listener can list and lease every proxy")
+	case d.tokens == nil:
+		d.Log.Error("discovery has no token: every /v1 request is refused")
 	}
 }
 
@@ -174,46 +209,72 @@ func (d *Discovery) Server(addr string) *http.Server {
 	}
 }
 
-// Token returns the bearer token: the content of file when a path is given (a
-// mounted Secret), else env (DISCOVERY_TOKEN). An empty token file is an error, not auth off.
-func Token(env, file string) (string, error) {
-	if file == "" {
-		return strings.TrimSpace(env), nil
+// Tokens returns the discovery tokens: the tokens file when a path is given (a mounted
+// Secret: one token per line, or the YAML form of access.Load), else env (DISCOVERY_TOKEN) as
+// one token with lease rights everywhere. Neither is an error unless insecure: the API is
+// never open by default. A blank token, in the file or in env, is an error too.
+func Tokens(env, file string, insecure bool) (*access.Tokens, error) {
+	switch {
+	case file != "":
+		return access.Load(file)
+	case env != "":
+		t, err := access.New([]access.TokenSpec{{Name: "DISCOVERY_TOKEN", Token: env,
+			Namespaces: []string{access.AllNamespaces}, Right: access.RightLease}})
+		if err != nil {
+			return nil, fmt.Errorf("DISCOVERY_TOKEN: %w", err)
+		}
+		return t, nil
+	case insecure:
+		return nil, nil
 	}
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return "", fmt.Errorf("discovery token file: %w", err)
-	}
-	tok := strings.TrimSpace(string(b))
-	if tok == "" {
-		return "", fmt.Errorf("discovery token file %s is empty", file)
-	}
-	return tok, nil
+	return nil, errors.New("discovery API has no token: give -discovery-token-file (a mounted Secret) or DISCOVERY_TOKEN, " +
+		"or pass -discovery-insecure to serve it without auth (only on a trusted address such as 127.0.0.1)")
 }
 
 // auth guards every /v1 path, including unknown ones, so an unauthenticated caller learns
-// nothing about the routes. Tokens are compared by hash in constant time.
+// nothing about the routes, and puts the caller in the request's context. Tokens are
+// compared by hash in constant time and never logged.
 func (d *Discovery) auth(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if d.Token == "" || !(r.URL.Path == "/v1" || strings.HasPrefix(r.URL.Path, "/v1/")) {
+		if !(r.URL.Path == "/v1" || strings.HasPrefix(r.URL.Path, "/v1/")) {
 			next.ServeHTTP(w, r)
 			return
 		}
-		h := r.Header.Get("Authorization")
-		scheme, tok, ok := strings.Cut(h, " ")
-		if !ok || !strings.EqualFold(scheme, "Bearer") {
+		if d.Insecure {
+			next.ServeHTTP(w, r.WithContext(access.WithCaller(r.Context(), access.Insecure)))
+			return
+		}
+		var caller *access.Caller
+		err := access.ErrInvalidToken
+		if d.tokens != nil {
+			caller, err = d.tokens.Authenticate(r)
+		}
+		switch {
+		case errors.Is(err, access.ErrNoToken):
 			w.Header().Set("WWW-Authenticate", `Bearer realm="proxy-operator"`)
 			httpx.WriteError(w, httpx.Errorf(http.StatusUnauthorized, "missing bearer token"))
 			return
-		}
-		got := sha256.Sum256([]byte(strings.TrimSpace(tok)))
-		if subtle.ConstantTimeCompare(got[:], d.tokenHash[:]) != 1 {
+		case err != nil:
 			w.Header().Set("WWW-Authenticate", `Bearer realm="proxy-operator", error="invalid_token"`)
 			httpx.WriteError(w, httpx.Errorf(http.StatusUnauthorized, "invalid bearer token"))
 			return
 		}
-		next.ServeHTTP(w, r)
+		next.ServeHTTP(w, r.WithContext(access.WithCaller(r.Context(), caller)))
 	})
+}
+
+// mayLease refuses a caller without the lease right (a read-only token). A lease ID is a
+// capability: only a caller that could lease in the proxy's namespace was ever given it.
+func mayLease(r *http.Request) error {
+	c := access.FromContext(r.Context())
+	if !c.MayLeaseSomewhere() {
+		name := "this caller"
+		if c != nil {
+			name = "token " + c.Name
+		}
+		return httpx.Errorf(http.StatusForbidden, "%s may read, not lease", name)
+	}
+	return nil
 }
 
 // serve maps the lease store's errors, then hands over to the common mapping.
@@ -221,6 +282,7 @@ func (d *Discovery) serve(h httpx.HandlerFunc) http.HandlerFunc {
 	return httpx.Serve(d.Log, func(w http.ResponseWriter, r *http.Request) error {
 		err := h(w, r)
 		var nm *lease.NoMatchError
+		var tm *lease.TooManyCooldownsError
 		switch {
 		case err == nil:
 			return nil
@@ -235,6 +297,14 @@ func (d *Discovery) serve(h httpx.HandlerFunc) http.HandlerFunc {
 			return &httpx.Error{Code: http.StatusNotFound, Message: "lease not found: unknown, expired, released, or its proxy left the fleet", Err: err}
 		case errors.Is(err, lease.ErrInvalid):
 			return &httpx.Error{Code: http.StatusBadRequest, Message: "invalid lease request", Err: err}
+		case errors.As(err, &tm):
+			limit := "total"
+			if tm.Scope == "proxy" {
+				limit = "per_proxy"
+			}
+			d.refused.WithLabelValues(limit).Inc()
+			return &httpx.Error{Code: http.StatusTooManyRequests, Err: err,
+				Message: "report not recorded: " + tm.Error() + "; the bound frees as cooldowns are forgotten"}
 		case errors.Is(err, lease.ErrUnavailable):
 			// A shared store that is down or slow: nothing was decided, so a retry is safe.
 			return &httpx.Error{Code: http.StatusServiceUnavailable, RetryAfter: unavailableRetryAfter,
@@ -308,7 +378,11 @@ func (d *Discovery) listProxies(w http.ResponseWriter, r *http.Request) error {
 		out.CompleteAt = &at
 		w.Header().Set("Retry-After", retryAfterSeconds(at.Sub(d.Now())))
 	}
+	caller := access.FromContext(r.Context())
 	for _, p := range d.Fleet.List() {
+		if ns, _, _ := strings.Cut(p.Key, "/"); !caller.MayRead(ns) {
+			continue
+		}
 		if !fleet.Matches(p.Attributes, sel) {
 			continue
 		}
@@ -325,7 +399,12 @@ func (d *Discovery) listProxies(w http.ResponseWriter, r *http.Request) error {
 
 // parseListQuery accepts only attr.<key>=<value> (once per key) and healthy=true|false.
 func parseListQuery(r *http.Request) (map[string]string, *bool, error) {
-	q := r.URL.Query()
+	// url.Values from r.URL.Query() drops a pair it cannot decode, which silently widened a
+	// filter to the whole fleet: a query that does not parse is a 400.
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, nil, httpx.Errorf(http.StatusBadRequest, "malformed query: %s", err.Error())
+	}
 	sel := map[string]string{}
 	var healthy *bool
 	for k, vs := range q {
@@ -394,6 +473,9 @@ type leaseJSON struct {
 }
 
 func (d *Discovery) acquire(w http.ResponseWriter, r *http.Request) error {
+	if err := mayLease(r); err != nil {
+		return err
+	}
 	var req acquireRequest
 	if err := d.decode(w, r, &req, "lease request", true); err != nil {
 		return err
@@ -423,7 +505,9 @@ func (d *Discovery) acquire(w http.ResponseWriter, r *http.Request) error {
 		return &httpx.Error{Code: http.StatusServiceUnavailable, RetryAfter: max(1, int(math.Ceil(d.Fleet.CompleteAt().Sub(d.Now()).Seconds()))),
 			Message: "fleet view still warming up after a restart; retry after the Retry-After seconds"}
 	}
-	l, err := d.Leases.Acquire(r.Context(), lease.Request{Selector: req.Selector, TTL: ttl, Target: target, SessionKey: req.SessionKey})
+	// A token leases only in its namespaces: the others' proxies are not even counted.
+	l, err := d.Leases.Acquire(r.Context(), lease.Request{Selector: req.Selector, TTL: ttl, Target: target, SessionKey: req.SessionKey,
+		Namespaces: access.FromContext(r.Context()).LeaseNamespaces()})
 	if err != nil {
 		return err
 	}
@@ -445,6 +529,9 @@ func (d *Discovery) leaseJSON(l lease.Lease, ttl time.Duration) leaseJSON {
 }
 
 func (d *Discovery) release(w http.ResponseWriter, r *http.Request) error {
+	if err := mayLease(r); err != nil {
+		return err
+	}
 	if err := d.Leases.Release(r.Context(), chi.URLParam(r, "id")); err != nil {
 		return err
 	}
@@ -457,6 +544,9 @@ type renewRequest struct {
 }
 
 func (d *Discovery) renew(w http.ResponseWriter, r *http.Request) error {
+	if err := mayLease(r); err != nil {
+		return err
+	}
 	var req renewRequest
 	if err := d.decode(w, r, &req, "renew request", true); err != nil {
 		return err
@@ -491,6 +581,9 @@ type reportJSON struct {
 }
 
 func (d *Discovery) report(w http.ResponseWriter, r *http.Request) error {
+	if err := mayLease(r); err != nil {
+		return err
+	}
 	var req reportRequest
 	if err := d.decode(w, r, &req, "report", false); err != nil {
 		return err

@@ -27,7 +27,7 @@ func ExampleDiscovery() {
 	view := fleet.New(time.Now, 3*time.Minute)
 	var health discovery.HealthSource = &healthtest.Map{} // main: the health.Scheduler
 
-	token, err := discovery.Token(os.Getenv("DISCOVERY_TOKEN"), "" /* -discovery-token-file */)
+	tokens, err := discovery.Tokens(os.Getenv("DISCOVERY_TOKEN"), "" /* -discovery-token-file */, true /* -discovery-insecure */)
 	if err != nil {
 		return
 	}
@@ -39,7 +39,7 @@ func ExampleDiscovery() {
 	})
 	go func() { _ = store.Run(ctx) }()
 
-	d := &discovery.Discovery{Fleet: view, Health: health, Leases: store, Token: token, Log: log, Registerer: reg,
+	d := &discovery.Discovery{Fleet: view, Health: health, Leases: store, Tokens: tokens, Insecure: tokens == nil, Log: log, Registerer: reg,
 		MaxTTL: time.Hour /* -lease-max-ttl */}
 	srv := d.Server("")
 	ln, err := net.Listen("tcp", "127.0.0.1:0") // main: -discovery-addr, default :8090

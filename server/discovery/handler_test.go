@@ -53,7 +53,7 @@ func newDiscFixture(t testing.TB, o discOpts) *discFixture {
 	f.store = lease.NewMemory(lease.Config{Fleet: f.view, Health: f.health, Now: clock.Now})
 	var mu sync.Mutex
 	d := &discovery.Discovery{
-		Fleet: f.view, Health: f.health, Leases: f.store, Token: o.token, Now: clock.Now, Registerer: f.reg,
+		Fleet: f.view, Health: f.health, Leases: f.store, Token: o.token, Insecure: o.token == "", Now: clock.Now, Registerer: f.reg,
 		Log: slog.New(slog.NewTextHandler(lockedWriter{&mu, f.logs}, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}
 	f.srv = httptest.NewServer(d.Handler())

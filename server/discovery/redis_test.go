@@ -50,7 +50,7 @@ func TestDiscoveryOnRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	d := &discovery.Discovery{Fleet: reader, Health: reader, Leases: store, Log: slog.New(slog.DiscardHandler), Registerer: reg}
+	d := &discovery.Discovery{Fleet: reader, Health: reader, Leases: store, Insecure: true, Log: slog.New(slog.DiscardHandler), Registerer: reg}
 	hs := httptest.NewServer(d.Handler())
 	t.Cleanup(hs.Close)
 	call := func(method, path, body string) (int, string, string) {

@@ -9,7 +9,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/server/discovery"
 )
 
-func TestDiscoveryToken(t *testing.T) {
+func TestDiscoveryTokens(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, content string) string {
 		t.Helper()
@@ -23,17 +23,21 @@ func TestDiscoveryToken(t *testing.T) {
 	empty := write("empty", " \n")
 	tests := []struct {
 		name, env, file string
-		want, wantErr   string
+		insecure        bool
+		wantTokens      int
+		wantErr         string
 	}{
-		{name: "env only", env: "from-env", want: "from-env"},
-		{name: "neither: auth off", want: ""},
-		{name: "file wins over env", env: "from-env", file: secret, want: "from-file"},
-		{name: "empty file is an error", env: "from-env", file: empty, wantErr: "is empty"},
+		{name: "env only", env: "from-env", wantTokens: 1},
+		{name: "neither: refused", wantErr: "-discovery-insecure"},
+		{name: "neither, insecure: no tokens", insecure: true},
+		{name: "file wins over env", env: "from-env", file: secret, wantTokens: 1},
+		{name: "blank file is an error", env: "from-env", file: empty, wantErr: "no token"},
+		{name: "blank file is an error even insecure", file: empty, insecure: true, wantErr: "no token"},
 		{name: "missing file is an error", file: filepath.Join(dir, "nope"), wantErr: "no such file"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := discovery.Token(tc.env, tc.file)
+			got, err := discovery.Tokens(tc.env, tc.file, tc.insecure)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("err %v, want one saying %q", err, tc.wantErr)
@@ -43,8 +47,12 @@ func TestDiscoveryToken(t *testing.T) {
 				}
 				return
 			}
-			if err != nil || got != tc.want {
-				t.Errorf("DiscoveryToken = %q, %v; want %q", got, err, tc.want)
+			n := 0
+			if got != nil {
+				n = got.Len()
+			}
+			if err != nil || n != tc.wantTokens {
+				t.Errorf("Tokens = %d tokens, %v; want %d", n, err, tc.wantTokens)
 			}
 		})
 	}

@@ -17,7 +17,9 @@ var secretTypeKey = metacontroller.TypeKey("Secret", "v1")
 
 type secret struct {
 	Metadata struct {
-		Labels map[string]string `json:"labels"`
+		Name      string            `json:"name"`
+		Namespace string            `json:"namespace"`
+		Labels    map[string]string `json:"labels"`
 	} `json:"metadata"`
 	Data map[string][]byte `json:"data"`
 }
@@ -41,6 +43,11 @@ func resolveCloudInit(p *v1.Proxy, related metacontroller.RelativeObjects) (stri
 	var s secret
 	if err := json.Unmarshal(raw, &s); err != nil {
 		return "", fmt.Errorf("secret %s/%s: unreadable: %w", p.Namespace, ref.Name, err)
+	}
+	if s.Metadata.Namespace != p.Namespace || s.Metadata.Name != ref.Name {
+		// The body's key said one thing, the object another: never read a Secret of
+		// another namespace into this Proxy's machine.
+		return "", fmt.Errorf("secret %s/%s: the related object is %s/%s, not the Proxy's namespace and name", p.Namespace, ref.Name, s.Metadata.Namespace, s.Metadata.Name)
 	}
 	if s.Metadata.Labels[CloudInitLabel] != "true" {
 		return "", fmt.Errorf("secret %s/%s is not labelled %s=true", p.Namespace, ref.Name, CloudInitLabel)

@@ -8,9 +8,12 @@ import (
 	"github.com/proxy-operator/proxy-operator/server/httpx"
 )
 
-// customize asks Metacontroller for the labelled cloud-init Secrets in the parent's namespace,
-// and for an External proxy's credentials Secret by name.
-// The answer depends only on the parent's namespace, as Metacontroller caches it per generation.
+// customize asks Metacontroller for the one Secret the parent's cloud-init names, in the
+// parent's namespace: asking for every labelled Secret let other Secrets of the namespace
+// swell each sync body past its limit. Metacontroller does not combine names with a label
+// selector (metacontroller/metacontroller@v4.17.2:pkg/controller/common/customize/manager.go,
+// getRelatedObjectsSelectionType), so the label is checked when the Secret is read.
+// An External proxy's credentials Secret is asked for by name too.
 func (h *Hooks) customize(_ context.Context, hook string, body []byte, _ *Exchange) (any, error) {
 	var req metacontroller.CustomizeRequest
 	if err := httpx.DecodeJSON(body, &req, hook+" request"); err != nil {
@@ -26,10 +29,10 @@ func (h *Hooks) customize(_ context.Context, hook string, body []byte, _ *Exchan
 	rules := []metacontroller.RelatedResourceRule{}
 	if p.Spec.CloudInit != nil && p.Spec.CloudInit.SecretRef != nil {
 		rules = append(rules, metacontroller.RelatedResourceRule{
-			APIVersion:    "v1",
-			Resource:      "secrets",
-			Namespace:     p.Namespace,
-			LabelSelector: &metacontroller.LabelSelector{MatchLabels: map[string]string{CloudInitLabel: "true"}},
+			APIVersion: "v1",
+			Resource:   "secrets",
+			Namespace:  p.Namespace,
+			Names:      []string{p.Spec.CloudInit.SecretRef.Name},
 		})
 	}
 	if r := p.Spec.CredentialsSecretRef; r != nil && p.Spec.Mode == v1.ModeExternal {

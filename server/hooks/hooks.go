@@ -9,8 +9,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
 	"sync"
 	"time"
 
@@ -22,6 +24,8 @@ import (
 	"github.com/proxy-operator/proxy-operator/events"
 	"github.com/proxy-operator/proxy-operator/fleet"
 	"github.com/proxy-operator/proxy-operator/lifecycle"
+	"github.com/proxy-operator/proxy-operator/membudget"
+	"github.com/proxy-operator/proxy-operator/netpolicy"
 	"github.com/proxy-operator/proxy-operator/poolhook"
 	"github.com/proxy-operator/proxy-operator/providers"
 	"github.com/proxy-operator/proxy-operator/server/httpx"
@@ -37,6 +41,9 @@ const (
 	DefaultMaxBodyBytes    = 4 << 20
 	DefaultProviderTimeout = 8 * time.Second
 	DefaultMaxInFlight     = 64
+	// DefaultBodyReadTimeout bounds reading one hook body, before a call slot is taken:
+	// Metacontroller sends a body at once, a trickle is not a hook call.
+	DefaultBodyReadTimeout = 5 * time.Second
 )
 
 // Hooks serves Metacontroller's sync, finalize and customize calls.
@@ -66,11 +73,20 @@ type Hooks struct {
 	ProviderTimeout time.Duration
 	// MaxInFlight bounds concurrent hook calls; beyond it the answer is 429 with Retry-After.
 	MaxInFlight int
+	// Budget bounds the memory hook bodies hold at once, in bytes (nil: sized from the
+	// process's memory limit, membudget.Limit). Beyond it the answer is 429 with Retry-After.
+	Budget *membudget.Budget
+	// BodyReadTimeout bounds reading a body (0: DefaultBodyReadTimeout); 408 beyond it.
+	BodyReadTimeout time.Duration
+	// Egress, when set, refuses External endpoints the egress policy denies (the Proxy fails
+	// with a condition saying why and is never probed or leased).
+	Egress *netpolicy.Policy
 
 	once     sync.Once
 	handler  http.Handler
 	inflight chan struct{}
 	duration *prometheus.HistogramVec
+	shed     *prometheus.CounterVec
 
 	// retries remembers, per Proxy, until when a failed provider call keeps the provider
 	// alone. It lives only in memory: after a restart a Proxy in backoff is tried once at
@@ -106,14 +122,36 @@ func (h *Hooks) init() {
 	if h.Pools == nil {
 		h.Pools = &poolhook.Hooks{Now: h.Now, Log: h.Log}
 	}
+	if h.BodyReadTimeout <= 0 {
+		h.BodyReadTimeout = DefaultBodyReadTimeout
+	}
+	if h.Budget == nil {
+		limit, _ := membudget.Limit(0)
+		h.Budget = membudget.ForLimit(limit, 0, 0, h.MaxBodyBytes)
+	}
 	h.inflight = make(chan struct{}, h.MaxInFlight)
+	h.shed = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "proxy_operator_hook_shed_total",
+		Help: "Hook calls refused before they were handled, by reason (memory, inflight, slow_body).",
+	}, []string{"reason"})
+	for _, r := range []string{"memory", "inflight", "slow_body"} {
+		h.shed.WithLabelValues(r)
+	}
 	h.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "proxy_operator_hook_duration_seconds",
 		Help:    "Time to answer a Metacontroller hook call.",
 		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 	}, []string{"hook"})
 	if h.Registerer != nil {
-		h.Registerer.MustRegister(h.duration, newPhaseCollector(h.Fleet))
+		h.Registerer.MustRegister(h.duration, h.shed, newPhaseCollector(h.Fleet),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "proxy_operator_hook_memory_budget_bytes",
+				Help: "The hook body memory budget (bodies weighted by their decoding cost).",
+			}, func() float64 { return float64(h.Budget.Size()) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "proxy_operator_hook_memory_in_use_bytes",
+				Help: "The part of the hook body memory budget held now.",
+			}, func() float64 { return float64(h.Budget.InUse()) }))
 	}
 }
 
@@ -170,22 +208,27 @@ func (h *Hooks) Server() *http.Server {
 // hookFunc handles one decoded hook call and returns the response body.
 type hookFunc func(ctx context.Context, hook string, body []byte, ex *Exchange) (any, error)
 
-// hook wraps a hookFunc with load shedding, the body limit, timing and capture.
+// hook wraps a hookFunc with the body's memory budget and read deadline, load shedding,
+// timing and capture. The body is read first, under its own short deadline and within the
+// memory budget, and only then is a call slot taken: a client trickling a body holds no slot
+// and only the bytes it sent.
 func (h *Hooks) hook(name string, fn hookFunc) http.HandlerFunc {
 	return httpx.Serve(h.Log, func(w http.ResponseWriter, r *http.Request) error {
+		start := time.Now()
+		body, res, err := h.readBody(w, r)
+		if err != nil {
+			return err
+		}
+		defer res.Release()
 		select {
 		case h.inflight <- struct{}{}:
 			defer func() { <-h.inflight }()
 		default:
+			h.shed.WithLabelValues("inflight").Inc()
 			return &httpx.Error{Code: http.StatusTooManyRequests, Message: "too many hook calls in flight", RetryAfter: 1}
 		}
-		start := time.Now()
 		defer func() { h.duration.WithLabelValues(name).Observe(time.Since(start).Seconds()) }()
 		ex := &Exchange{Hook: name, Now: h.Now()}
-		body, err := httpx.ReadBody(w, r, h.MaxBodyBytes)
-		if err != nil {
-			return err
-		}
 		ex.Request = body
 		resp, err := fn(r.Context(), name, body, ex)
 		if err != nil {
@@ -208,4 +251,28 @@ func (h *Hooks) hook(name string, fn hookFunc) http.HandlerFunc {
 		h.capture(ex)
 		return nil
 	})
+}
+
+// readBody reads the body under BodyReadTimeout, reserving its share of the memory budget as
+// it arrives.
+func (h *Hooks) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *membudget.Reservation, error) {
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(h.BodyReadTimeout))
+	body, res, err := h.Budget.Read(r.Body, r.ContentLength, h.MaxBodyBytes)
+	switch {
+	case err == nil:
+		_ = rc.SetReadDeadline(time.Time{})
+		return body, res, nil
+	case errors.Is(err, membudget.ErrTooLarge):
+		return nil, nil, httpx.Errorf(http.StatusRequestEntityTooLarge, "request body exceeds %d bytes", h.MaxBodyBytes)
+	case errors.Is(err, membudget.ErrOverBudget):
+		h.shed.WithLabelValues("memory").Inc()
+		return nil, nil, &httpx.Error{Code: http.StatusTooManyRequests, RetryAfter: 1, Err: err,
+			Message: fmt.Sprintf("hook memory budget (%d bytes) in use; retry after the Retry-After seconds", h.Budget.Size())}
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		h.shed.WithLabelValues("slow_body").Inc()
+		return nil, nil, &httpx.Error{Code: http.StatusRequestTimeout, Err: err,
+			Message: fmt.Sprintf("request body not received within %s", h.BodyReadTimeout)}
+	}
+	return nil, nil, &httpx.Error{Code: http.StatusBadRequest, Message: "cannot read request body", Err: err}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/fleet"
 	"github.com/proxy-operator/proxy-operator/lifecycle"
 	"github.com/proxy-operator/proxy-operator/metacontroller"
+	"github.com/proxy-operator/proxy-operator/netpolicy"
 	"github.com/proxy-operator/proxy-operator/providers"
 	"github.com/proxy-operator/proxy-operator/server/httpx"
 )
@@ -57,6 +59,11 @@ func (h *Hooks) sync(ctx context.Context, hook string, body []byte, ex *Exchange
 	in := lifecycle.Input{Proxy: p, Finalizing: finalizing, Now: ex.Now}
 	in.SpecErr = p.Spec.Validate()
 	p.Spec.Default()
+	if ep := p.Spec.Endpoint; in.SpecErr == nil && h.Egress != nil && p.Spec.Mode == v1.ModeExternal && ep != nil {
+		if err := h.Egress.CheckHost(ep.Host, uint16(ep.Port), netpolicy.Dest{External: true}); err != nil {
+			in.SpecErr = fmt.Errorf("spec.endpoint: egress denied: %w", err)
+		}
+	}
 	key := p.Key()
 	in.Health = h.Health.Health(key)
 	if in.Health.State == lifecycle.HealthUnknown && h.Fleet != nil {
@@ -109,6 +116,12 @@ func (h *Hooks) sync(ctx context.Context, hook string, body []byte, ex *Exchange
 		in.Instance, in.ObserveErr = h.observe(ctx, entry, p, finalizing, in.CloudInit)
 		if in.ObserveErr != nil {
 			log.Error("provider observe failed", "provider", entry.Name, "providerID", p.Status.ProviderID, "err", in.ObserveErr)
+		}
+		if inst := in.Instance; inst != nil && !providers.Owned(inst, string(p.UID)) {
+			// status.providerID can be written by whoever may write the Proxy's status: an
+			// instance another Proxy owns is not this one's, whatever the status says.
+			log.Warn("instance not owned by this proxy: ignored", "provider", entry.Name, "providerID", inst.ID, "ownerUID", inst.OwnerUID)
+			in.ForeignInstance, in.ForeignOwner, in.Instance = inst.ID, inst.OwnerUID, nil
 		}
 	}
 	if fs := h.Fleet; fs != nil && h.HealthResync != nil {

@@ -1,0 +1,234 @@
+// Package access owns who may call the discovery API: bearer tokens read from a mounted file,
+// each scoped to namespaces and to read-only or lease rights, and the caller identity a request
+// carries once authenticated. It knows nothing of routes, leases or the fleet.
+package access
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Errors of Authenticate; the message never contains the token.
+var (
+	ErrNoToken      = errors.New("missing bearer token")
+	ErrInvalidToken = errors.New("invalid bearer token")
+)
+
+// Right is what a token may do in its namespaces.
+type Right string
+
+const (
+	// RightRead may list proxies.
+	RightRead Right = "read"
+	// RightLease may list proxies and lease, renew, report on and release them.
+	RightLease Right = "lease"
+)
+
+// AllNamespaces in a token's namespaces grants every namespace.
+const AllNamespaces = "*"
+
+// Caller is an authenticated caller.
+type Caller struct {
+	// Name identifies the token in logs and metrics (never the token itself).
+	Name       string
+	Namespaces []string // AllNamespaces for every one
+	Right      Right
+}
+
+// MayRead reports whether the caller may see proxies of namespace ns.
+func (c *Caller) MayRead(ns string) bool {
+	return c != nil && (slices.Contains(c.Namespaces, AllNamespaces) || slices.Contains(c.Namespaces, ns))
+}
+
+// MayLease reports whether the caller may lease proxies of namespace ns.
+func (c *Caller) MayLease(ns string) bool { return c != nil && c.Right == RightLease && c.MayRead(ns) }
+
+// MayLeaseSomewhere reports whether the caller holds the lease right at all.
+func (c *Caller) MayLeaseSomewhere() bool { return c != nil && c.Right == RightLease }
+
+// LeaseNamespaces is the caller's lease scope for lease.Request.Namespaces: nil for every
+// namespace.
+func (c *Caller) LeaseNamespaces() []string {
+	if slices.Contains(c.Namespaces, AllNamespaces) {
+		return nil
+	}
+	return slices.Clone(c.Namespaces)
+}
+
+type callerKey struct{}
+
+// WithCaller returns ctx carrying c.
+func WithCaller(ctx context.Context, c *Caller) context.Context {
+	return context.WithValue(ctx, callerKey{}, c)
+}
+
+// FromContext returns the caller ctx carries (nil: none, which may do nothing).
+func FromContext(ctx context.Context) *Caller {
+	c, _ := ctx.Value(callerKey{}).(*Caller)
+	return c
+}
+
+// Insecure is the caller of every request when auth is explicitly off (-discovery-insecure).
+var Insecure = &Caller{Name: "insecure", Namespaces: []string{AllNamespaces}, Right: RightLease}
+
+// Tokens is a set of scoped tokens.
+type Tokens struct {
+	entries []tokenEntry
+}
+
+type tokenEntry struct {
+	hash   [sha256.Size]byte
+	caller *Caller
+}
+
+// TokenSpec is one token in the YAML form of a tokens file.
+type TokenSpec struct {
+	Name       string   `json:"name"`
+	Token      string   `json:"token"`
+	Namespaces []string `json:"namespaces"`
+	Right      Right    `json:"right"`
+}
+
+type tokensFile struct {
+	Tokens []TokenSpec `json:"tokens"`
+}
+
+// maxTokensFile bounds a tokens file: it is read once at start, but it is still input.
+const maxTokensFile = 1 << 20
+
+// Load reads a tokens file. Two forms: a small YAML document
+//
+//	tokens:
+//	  - {name: team-a, token: ..., namespaces: [team-a], right: lease}
+//	  - {name: dashboards, token: ..., namespaces: ["*"], right: read}
+//
+// or one token per line ('#' comments and blank lines skipped), each with lease rights in
+// every namespace (the single-token Secret of earlier versions is this form).
+func Load(path string) (*Tokens, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("discovery tokens: %w", err)
+	}
+	t, err := Parse(b)
+	if err != nil {
+		return nil, fmt.Errorf("discovery tokens %s: %w", path, err)
+	}
+	return t, nil
+}
+
+// Parse reads the content of a tokens file (see Load).
+func Parse(b []byte) (*Tokens, error) {
+	if len(b) > maxTokensFile {
+		return nil, fmt.Errorf("larger than %d bytes", maxTokensFile)
+	}
+	var specs []TokenSpec
+	if isYAML(b) {
+		var f tokensFile
+		if err := yaml.UnmarshalStrict(b, &f); err != nil {
+			return nil, fmt.Errorf("YAML: %w", err)
+		}
+		specs = f.Tokens
+	} else {
+		n := 0
+		for line := range strings.SplitSeq(string(b), "\n") {
+			line = strings.TrimSpace(line)
+			if line == "" || strings.HasPrefix(line, "#") {
+				continue
+			}
+			n++
+			specs = append(specs, TokenSpec{Name: fmt.Sprintf("line-token-%d", n), Token: line,
+				Namespaces: []string{AllNamespaces}, Right: RightLease})
+		}
+	}
+	return New(specs)
+}
+
+// isYAML says the file is the YAML form: its first meaningful line opens the tokens list.
+func isYAML(b []byte) bool {
+	for line := range bytes.SplitSeq(b, []byte("\n")) {
+		l := bytes.TrimSpace(line)
+		if len(l) == 0 || l[0] == '#' {
+			continue
+		}
+		return bytes.HasPrefix(l, []byte("tokens:"))
+	}
+	return false
+}
+
+// New checks specs and builds the set. A blank token, a token with spaces, a duplicate token
+// or name, an empty namespace list or an unknown right is an error naming the entry (by
+// name or position, never by token).
+func New(specs []TokenSpec) (*Tokens, error) {
+	if len(specs) == 0 {
+		return nil, errors.New("no token: give at least one, or run with -discovery-insecure")
+	}
+	t := &Tokens{}
+	names := map[string]bool{}
+	hashes := map[[sha256.Size]byte]bool{}
+	for i, s := range specs {
+		id := fmt.Sprintf("token %d", i+1)
+		if s.Name != "" {
+			id = fmt.Sprintf("token %d (%s)", i+1, s.Name)
+		}
+		tok := strings.TrimSpace(s.Token)
+		switch {
+		case tok == "":
+			return nil, fmt.Errorf("%s: blank token", id)
+		case strings.ContainsAny(tok, " \t\r\n"):
+			return nil, fmt.Errorf("%s: a token may not contain whitespace", id)
+		case s.Name == "":
+			return nil, fmt.Errorf("%s: name is required (it stands for the token in logs)", id)
+		case names[s.Name]:
+			return nil, fmt.Errorf("%s: duplicate name", id)
+		case len(s.Namespaces) == 0:
+			return nil, fmt.Errorf("%s: namespaces is required (use [\"*\"] for every namespace)", id)
+		case s.Right != RightRead && s.Right != RightLease:
+			return nil, fmt.Errorf("%s: right %q: want read or lease", id, s.Right)
+		}
+		for _, ns := range s.Namespaces {
+			if ns == "" {
+				return nil, fmt.Errorf("%s: empty namespace", id)
+			}
+		}
+		h := sha256.Sum256([]byte(tok))
+		if hashes[h] {
+			return nil, fmt.Errorf("%s: the same token as an earlier entry", id)
+		}
+		names[s.Name], hashes[h] = true, true
+		t.entries = append(t.entries, tokenEntry{hash: h, caller: &Caller{Name: s.Name, Namespaces: slices.Clone(s.Namespaces), Right: s.Right}})
+	}
+	return t, nil
+}
+
+// Len is the number of tokens.
+func (t *Tokens) Len() int { return len(t.entries) }
+
+// Authenticate finds the caller of r's bearer token. Every token is compared, by hash and in
+// constant time, whichever matches, so timing says nothing about which token is close.
+func (t *Tokens) Authenticate(r *http.Request) (*Caller, error) {
+	scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(tok) == "" {
+		return nil, ErrNoToken
+	}
+	got := sha256.Sum256([]byte(strings.TrimSpace(tok)))
+	var found *Caller
+	for i := range t.entries {
+		if subtle.ConstantTimeCompare(got[:], t.entries[i].hash[:]) == 1 {
+			found = t.entries[i].caller
+		}
+	}
+	if found == nil {
+		return nil, ErrInvalidToken
+	}
+	return found, nil
+}

@@ -1,0 +1,146 @@
+package access
+
+import (
+	"errors"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const yamlTokens = `# two teams and a dashboard
+tokens:
+  - name: team-a
+    token: aaaaaaaaaaaaaaaaaaaaaaaa
+    namespaces: [team-a]
+    right: lease
+  - name: dash
+    token: dddddddddddddddddddddddd
+    namespaces: ["*"]
+    right: read
+`
+
+func TestParseAndAuthenticate(t *testing.T) {
+	toks, err := Parse([]byte(yamlTokens))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name     string
+		header   string
+		wantErr  error
+		wantName string
+	}{
+		{"team token", "Bearer aaaaaaaaaaaaaaaaaaaaaaaa", nil, "team-a"},
+		{"scheme case and spaces", "bearer  dddddddddddddddddddddddd ", nil, "dash"},
+		{"no header", "", ErrNoToken, ""},
+		{"basic", "Basic YWxhZGRpbjpvcGVuc2VzYW1l", ErrNoToken, ""},
+		{"empty bearer", "Bearer ", ErrNoToken, ""},
+		{"wrong token", "Bearer aaaaaaaaaaaaaaaaaaaaaaab", ErrInvalidToken, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := httptest.NewRequest("GET", "/v1/proxies", nil)
+			if tc.header != "" {
+				r.Header.Set("Authorization", tc.header)
+			}
+			c, err := toks.Authenticate(r)
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("Authenticate: %v, want %v", err, tc.wantErr)
+			}
+			if err != nil && strings.Contains(err.Error(), "aaaa") {
+				t.Errorf("error %q shows the token", err)
+			}
+			if tc.wantName != "" && (c == nil || c.Name != tc.wantName) {
+				t.Errorf("caller %+v, want %s", c, tc.wantName)
+			}
+		})
+	}
+}
+
+func TestRights(t *testing.T) {
+	toks, err := Parse([]byte(yamlTokens))
+	if err != nil {
+		t.Fatal(err)
+	}
+	team, dash := toks.entries[0].caller, toks.entries[1].caller
+	for _, tc := range []struct {
+		name string
+		got  bool
+		want bool
+	}{
+		{"team reads its namespace", team.MayRead("team-a"), true},
+		{"team cannot read another", team.MayRead("team-b"), false},
+		{"team leases its namespace", team.MayLease("team-a"), true},
+		{"team cannot lease another", team.MayLease("team-b"), false},
+		{"dashboard reads everything", dash.MayRead("team-b"), true},
+		{"dashboard cannot lease", dash.MayLease("team-b"), false},
+		{"dashboard has no lease right", dash.MayLeaseSomewhere(), false},
+		{"nil caller may nothing", (*Caller)(nil).MayRead("x"), false},
+		{"insecure may lease anywhere", Insecure.MayLease("x"), true},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, tc.got, tc.want)
+		}
+	}
+	if ns := team.LeaseNamespaces(); len(ns) != 1 || ns[0] != "team-a" {
+		t.Errorf("team lease namespaces %v", ns)
+	}
+	if ns := Insecure.LeaseNamespaces(); ns != nil {
+		t.Errorf("insecure lease namespaces %v, want nil (all)", ns)
+	}
+}
+
+func TestLineForm(t *testing.T) {
+	toks, err := Parse([]byte("# comment\n\nfirst-token-1234\n  second-token-5678  \n"))
+	if err != nil || toks.Len() != 2 {
+		t.Fatalf("Parse: %v, %v tokens", err, toks)
+	}
+	r := httptest.NewRequest("GET", "/", nil)
+	r.Header.Set("Authorization", "Bearer second-token-5678")
+	c, err := toks.Authenticate(r)
+	if err != nil || !c.MayLease("any") {
+		t.Errorf("line token: %+v, %v; want lease rights everywhere", c, err)
+	}
+}
+
+func TestParseRejects(t *testing.T) {
+	tests := []struct{ name, file, want string }{
+		{"empty file", "", "no token"},
+		{"only comments", "# nothing\n\n", "no token"},
+		{"blank yaml token", "tokens:\n  - {name: a, token: '  ', namespaces: [x], right: read}\n", "token 1 (a): blank token"},
+		{"space in token", "tokens:\n  - {name: a, token: 'a b', namespaces: [x], right: read}\n", "whitespace"},
+		{"no name", "tokens:\n  - {token: abc, namespaces: [x], right: read}\n", "name is required"},
+		{"duplicate name", "tokens:\n  - {name: a, token: abc, namespaces: [x], right: read}\n  - {name: a, token: abd, namespaces: [x], right: read}\n", "duplicate name"},
+		{"duplicate token", "tokens:\n  - {name: a, token: abc, namespaces: [x], right: read}\n  - {name: b, token: abc, namespaces: [x], right: read}\n", "same token"},
+		{"no namespaces", "tokens:\n  - {name: a, token: abc, right: read}\n", "namespaces is required"},
+		{"bad right", "tokens:\n  - {name: a, token: abc, namespaces: [x], right: admin}\n", `right "admin"`},
+		{"unknown field", "tokens:\n  - {name: a, token: abc, namespaces: [x], right: read, admin: true}\n", "unknown field"},
+		{"duplicate line token", "abc\nabc\n", "same token"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.file))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Parse: %v, want an error containing %q", err, tc.want)
+			}
+			if strings.Contains(err.Error(), "abc") {
+				t.Errorf("error %q shows a token", err)
+			}
+		})
+	}
+}
+
+func TestLoad(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(p, []byte(yamlTokens), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if toks, err := Load(p); err != nil || toks.Len() != 2 {
+		t.Fatalf("Load: %v", err)
+	}
+	if _, err := Load(filepath.Join(t.TempDir(), "missing")); err == nil {
+		t.Error("Load of a missing file: no error")
+	}
+}

@@ -1,0 +1,134 @@
+package discovery_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/proxy-operator/proxy-operator/access"
+	"github.com/proxy-operator/proxy-operator/fleet"
+	"github.com/proxy-operator/proxy-operator/internal/clocktest"
+	"github.com/proxy-operator/proxy-operator/internal/healthtest"
+	"github.com/proxy-operator/proxy-operator/lease"
+	"github.com/proxy-operator/proxy-operator/lifecycle"
+	"github.com/proxy-operator/proxy-operator/server/discovery"
+)
+
+const tokensYAML = `tokens:
+  - {name: team-a, token: tok-team-a-0123456789, namespaces: [team-a], right: lease}
+  - {name: dash, token: tok-dash-0123456789, namespaces: ["*"], right: read}
+  - {name: admin, token: tok-admin-0123456789, namespaces: ["*"], right: lease}
+`
+
+// scopedFixture is a discovery server with scoped tokens over two namespaces' proxies and a
+// store with a small cooldown bound.
+func scopedFixture(t *testing.T) (*discFixture, *prometheus.Registry) {
+	t.Helper()
+	toks, err := access.Parse([]byte(tokensYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := clocktest.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	f := &discFixture{clock: clock, view: fleet.New(clock.Now, 0), health: &healthtest.Map{}}
+	f.store = lease.NewMemory(lease.Config{Fleet: f.view, Health: f.health, Now: clock.Now, MaxCooldownsPerProxy: 2})
+	reg := prometheus.NewRegistry()
+	d := &discovery.Discovery{Fleet: f.view, Health: f.health, Leases: f.store, Tokens: toks, Now: clock.Now, Registerer: reg}
+	f.srv = httptest.NewServer(d.Handler())
+	t.Cleanup(f.srv.Close)
+	for _, key := range []string{"team-a/p1", "team-b/p1"} {
+		f.view.Upsert(fleet.Proxy{Key: key, UID: key, IP: "10.0.0.1", Port: 3128, Attributes: map[string]string{"geo": "eu"}, MaxLeases: 10, Phase: "Ready"})
+		f.health.SetState(key, lifecycle.HealthHealthy, 10)
+	}
+	return f, reg
+}
+
+// TestScopedTokens is issue 10, item 5: teams sharing a cluster cannot see or lease each
+// other's proxies, and a read-only token cannot lease.
+func TestScopedTokens(t *testing.T) {
+	f, _ := scopedFixture(t)
+	for _, tc := range []struct {
+		name, method, path, token, body string
+		code                            int
+		has, lacks                      string
+	}{
+		{"team list", "GET", "/v1/proxies", "tok-team-a-0123456789", "", 200, "team-a/p1", "team-b/"},
+		{"admin list", "GET", "/v1/proxies", "tok-admin-0123456789", "", 200, "team-b/p1", ""},
+		{"dashboard list", "GET", "/v1/proxies", "tok-dash-0123456789", "", 200, "team-b/p1", ""},
+		{"team lease stays in its namespace", "POST", "/v1/leases", "tok-team-a-0123456789", `{"selector":{"geo":"eu"}}`, 200, "team-a/p1", "team-b/"},
+		{"dashboard cannot lease", "POST", "/v1/leases", "tok-dash-0123456789", `{}`, 403, "may read, not lease", ""},
+		{"dashboard cannot release", "DELETE", "/v1/leases/x", "tok-dash-0123456789", "", 403, "", ""},
+		{"unknown token", "GET", "/v1/proxies", "tok-nobody", "", 401, "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := f.do(t, tc.method, tc.path, tc.token, tc.body)
+			if r.code != tc.code || !strings.Contains(string(r.body), tc.has) || tc.lacks != "" && strings.Contains(string(r.body), tc.lacks) {
+				t.Errorf("%d %s; want %d containing %q and not %q", r.code, r.body, tc.code, tc.has, tc.lacks)
+			}
+		})
+	}
+	// team-a's only proxy is full for it: team-b's is never offered.
+	for range 9 {
+		f.do(t, "POST", "/v1/leases", "tok-team-a-0123456789", `{"selector":{"geo":"eu"}}`)
+	}
+	if r := f.do(t, "POST", "/v1/leases", "tok-team-a-0123456789", `{"selector":{"geo":"eu"}}`); r.code != http.StatusConflict || !strings.Contains(string(r.body), `"matching":1`) {
+		t.Errorf("team-a with its proxy full: %d %s, want 409 over its 1 proxy", r.code, r.body)
+	}
+}
+
+// TestCooldownBoundAnswers429 is issue 10, item 1 at the API: beyond the bound a report is a
+// 429 naming the limit, counted by the refused metric.
+func TestCooldownBoundAnswers429(t *testing.T) {
+	f, reg := scopedFixture(t)
+	l := decodeAs[struct {
+		LeaseID string `json:"leaseID"`
+	}](t, f.do(t, "POST", "/v1/leases", "tok-admin-0123456789", `{"selector":{"geo":"eu"},"ttlSeconds":600}`))
+	codes := map[int]int{}
+	var last resp
+	for _, target := range []string{"a.example", "b.example", "c.example", "d.example"} {
+		last = f.do(t, "POST", "/v1/leases/"+l.LeaseID+"/report", "tok-admin-0123456789", `{"result":"rate_limited","target":"`+target+`"}`)
+		codes[last.code]++
+	}
+	if codes[200] != 2 || codes[429] != 2 {
+		t.Fatalf("answers %v, want 2 recorded and 2 refused", codes)
+	}
+	if !strings.Contains(string(last.body), "2 cooldowns, the per-proxy limit") {
+		t.Errorf("refusal %s does not name the limit", last.body)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refused, remembered float64
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			switch mf.GetName() {
+			case "proxy_operator_lease_reports_refused_total":
+				for _, lp := range m.GetLabel() {
+					if lp.GetValue() == "per_proxy" {
+						refused = m.GetCounter().GetValue()
+					}
+				}
+			case "proxy_operator_lease_cooldowns":
+				remembered = m.GetGauge().GetValue()
+			}
+		}
+	}
+	if refused != 2 || remembered != 2 {
+		t.Errorf("refused %v, cooldowns %v; want 2 and 2", refused, remembered)
+	}
+}
+
+// TestMalformedQueryIs400 is issue 10, item 8: a query that does not parse dropped its filter
+// and answered the whole fleet.
+func TestMalformedQueryIs400(t *testing.T) {
+	f, _ := scopedFixture(t)
+	for _, q := range []string{"attr.geo=%zz", "healthy=%", "attr.geo=eu&x=%g0", "attr.geo=a;b"} {
+		if r := f.do(t, "GET", "/v1/proxies?"+q, "tok-admin-0123456789", ""); r.code != http.StatusBadRequest {
+			t.Errorf("?%s: %d %s, want 400", q, r.code, r.body)
+		}
+	}
+}
