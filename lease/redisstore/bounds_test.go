@@ -55,7 +55,7 @@ func TestCooldownBounds(t *testing.T) {
 		{"ns/b", "t2", true},  // the total bound of 3
 	} {
 		err := report(step.proxy, step.target)
-		if refused := errors.Is(err, lease.ErrInvalid); refused != step.refused || (err != nil && !refused) {
+		if refused := errors.Is(err, lease.ErrTooManyCooldowns); refused != step.refused || (err != nil && !refused) {
 			t.Fatalf("step %d (%s, %s): err %v, refused want %v", i, step.proxy, step.target, err, step.refused)
 		}
 	}
