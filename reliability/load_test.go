@@ -34,8 +34,10 @@ const (
 	// healthSlack is how long after the prober logs a transition it may take to publish it:
 	// the log line comes first, the verdict is published right after, but a pause of the
 	// process (GC, -race on a busy machine) can fall between the two. A stub stays down for
-	// many seconds on average, so a store that ignored health would still be caught.
-	healthSlack = time.Second
+	// many seconds on average (one of 32 flips every 700 ms), so a store that ignored health
+	// would still be caught. 1 s was seen to be too little once under -race with a load
+	// average above 20.
+	healthSlack = 2500 * time.Millisecond
 	// hookBudget is well inside Metacontroller's 10 s hook timeout.
 	hookBudget = 5 * time.Second
 )
