@@ -66,7 +66,8 @@ func newDiscovery(t *testing.T, warmup time.Duration, proxies ...fleet.Proxy) *d
 		view.Upsert(p)
 		h.m[p.Key] = lifecycle.Health{State: lifecycle.HealthHealthy, LatencyMillis: 12}
 	}
-	store := lease.NewMemory(lease.Config{Fleet: view, Health: h})
+	// A small cooldown bound, so an exchange can reach the report's 429.
+	store := lease.NewMemory(lease.Config{Fleet: view, Health: h, MaxCooldownsPerProxy: 2})
 	d := &discovery.Discovery{Fleet: view, Health: h, Leases: store, Token: token, Log: slog.New(slog.DiscardHandler)}
 	handler := d.Handler()
 	srv := httptest.NewServer(handler)
@@ -325,6 +326,8 @@ func TestOpenAPIAgainstRealServer(t *testing.T) {
 		{name: "renew without token", method: "POST", path: id + "/renew", noToken: true, want: 401, invalid: true},
 		{name: "report rate limited", method: "POST", path: id + "/report", body: `{"result":"rate_limited","target":"shop.example","retryAfterSeconds":60}`, want: 200},
 		{name: "report ok", method: "POST", path: id + "/report", body: `{"result":"ok","target":"shop.example"}`, want: 200},
+		{name: "report a second target", method: "POST", path: id + "/report", body: `{"result":"banned","target":"news.example"}`, want: 200},
+		{name: "report beyond the cooldown bound", method: "POST", path: id + "/report", body: `{"result":"banned","target":"third.example"}`, want: 429},
 		{name: "report unknown result", method: "POST", path: id + "/report", body: `{"result":"meh","target":"shop.example"}`, want: 400, invalid: true},
 		{name: "report empty body", method: "POST", path: id + "/report", want: 400, invalid: true},
 		{name: "report unknown lease", method: "POST", path: "/v1/leases/nope/report", body: `{"result":"ok","target":"a.example"}`, want: 404},

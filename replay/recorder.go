@@ -107,10 +107,13 @@ func (r *Recorder) write(ex hooks.Exchange) (string, error) {
 	ns, name := parentName(ex.Request)
 	// A capture never holds a proxy credential (the credentials Secret child, observed or
 	// answered), whatever KeepSecrets says; other Secret data only with KeepSecrets.
-	req, resp := credentials.Redact(ex.Request), credentials.Redact(ex.Response)
+	// credentials.Redact runs last, so the credentials Secret reads as replay's own redaction
+	// writes it and a replayed answer still matches the captured one.
+	req, resp := ex.Request, ex.Response
 	if !r.KeepSecrets {
 		req, resp = redactSecrets(req), redactSecrets(resp)
 	}
+	req, resp = credentials.Redact(req), credentials.Redact(resp)
 	state, err := marshalJSON(stateOf(ex, ns, name))
 	if err != nil {
 		return "", err
