@@ -3,7 +3,9 @@ package operator_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -48,9 +50,41 @@ func TestShutdownStopsBothServersTogether(t *testing.T) {
 	body := `{"controller":{"metadata":{"name":"proxy-operator"}},"parent":{"apiVersion":"crawl.example.com/v1alpha1","kind":"Proxy",
 		"metadata":{"name":"p","namespace":"ns","uid":"u1","generation":1},"spec":{"mode":"Managed","provider":"block"},"status":{}},
 		"children":{},"related":{},"finalizing":false}`
+	// The first sync only asks for the credentials Secret (no machine before it is stored);
+	// feed it back as Metacontroller would, so the second sync reaches the held Create.
+	res, err := http.Post("http://"+op.HookAddr()+"/sync", "application/json", bytes.NewReader([]byte(body)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first struct {
+		Children []map[string]any `json:"children"`
+	}
+	err = json.NewDecoder(res.Body).Decode(&first)
+	res.Body.Close()
+	if err != nil || res.StatusCode != http.StatusOK || len(first.Children) == 0 {
+		t.Fatalf("first sync: %d, %v, children %v", res.StatusCode, err, first.Children)
+	}
+	observed := map[string]map[string]any{}
+	for _, c := range first.Children {
+		meta, _ := c["metadata"].(map[string]any)
+		typ := fmt.Sprint(c["kind"]) + "." + fmt.Sprint(c["apiVersion"])
+		if observed[typ] == nil {
+			observed[typ] = map[string]any{}
+		}
+		observed[typ][fmt.Sprint(meta["namespace"])+"/"+fmt.Sprint(meta["name"])] = c
+	}
+	var req map[string]any
+	if err := json.Unmarshal([]byte(body), &req); err != nil {
+		t.Fatal(err)
+	}
+	req["children"] = observed
+	second, err := json.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
 	hookDone := make(chan int, 1)
 	go func() {
-		res, err := http.Post("http://"+op.HookAddr()+"/sync", "application/json", bytes.NewReader([]byte(body)))
+		res, err := http.Post("http://"+op.HookAddr()+"/sync", "application/json", bytes.NewReader(second))
 		if err != nil {
 			hookDone <- 0
 			return
@@ -58,7 +92,11 @@ func TestShutdownStopsBothServersTogether(t *testing.T) {
 		res.Body.Close()
 		hookDone <- res.StatusCode
 	}()
-	<-bp.entered
+	select {
+	case <-bp.entered:
+	case <-time.After(time.Minute):
+		t.Fatal("the sync never reached the provider's Create")
+	}
 	if code, _ := get(t, "http://"+op.DiscoveryAddr()+"/v1/proxies"); code != http.StatusOK {
 		t.Fatalf("discovery before shutdown: %d", code)
 	}
