@@ -145,10 +145,12 @@ func buildOperator(t *testing.T) string {
 	return bin
 }
 
+// startOperator runs the binary on loopback: discovery without a token (-discovery-insecure) and
+// External stubs on 127.0.0.1 (-allow-loopback-proxies), as the egress policy otherwise refuses both.
 func startOperator(t *testing.T, bin string, args ...string) *operatorProcess {
 	t.Helper()
 	cmd := exec.Command(bin, append([]string{"-hook-addr", "127.0.0.1:0", "-discovery-addr", "127.0.0.1:0",
-		"-log-format", "json", "-gc-interval", "0"}, args...)...)
+		"-log-format", "json", "-gc-interval", "0", "-discovery-insecure", "-allow-loopback-proxies"}, args...)...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -284,12 +286,12 @@ func TestRedisOutageUnderLoad(t *testing.T) {
 	const maxLeases = 3
 	fleet := newRedisFleet(t, 8, maxLeases)
 	storeURL := "redis://" + srv.Addr
-	oper, err := op.New(op.Config{HookAddr: "127.0.0.1:0", DiscoveryAddr: "127.0.0.1:0", FleetWarmup: time.Millisecond,
+	oper, err := op.New(op.Config{HookAddr: "127.0.0.1:0", DiscoveryAddr: "127.0.0.1:0", FleetWarmup: time.Millisecond, DiscoveryInsecure: true, AllowLoopbackProxies: true,
 		LeaseStore: storeURL, ShutdownGrace: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	replica, err := op.NewDiscovery(op.DiscoveryConfig{DiscoveryAddr: "127.0.0.1:0", LeaseStore: storeURL,
+	replica, err := op.NewDiscovery(op.DiscoveryConfig{DiscoveryAddr: "127.0.0.1:0", LeaseStore: storeURL, DiscoveryInsecure: true,
 		LeaseMaxTTL: time.Hour, LeaseCooldown: time.Minute, LeaseBanCooldown: time.Hour, LeaseMaxCooldown: 24 * time.Hour})
 	if err != nil {
 		t.Fatal(err)
