@@ -259,6 +259,9 @@ type proxyDesc struct {
 	ns, name, uid string
 	spec          map[string]any
 	status        map[string]any
+	// children are the objects the last answer asked for (the credentials Secret), fed back
+	// as Metacontroller's observed children: no machine is made before that Secret is stored.
+	children map[string]any
 }
 
 func (p proxyDesc) body(finalizing bool, related map[string]any) []byte {
@@ -269,6 +272,10 @@ func (p proxyDesc) body(finalizing bool, related map[string]any) []byte {
 	if st == nil {
 		st = map[string]any{}
 	}
+	children := p.children
+	if children == nil {
+		children = map[string]any{}
+	}
 	b, _ := json.Marshal(map[string]any{
 		"controller": map[string]any{"apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController", "metadata": map[string]any{"name": "proxy-operator"}},
 		"parent": map[string]any{
@@ -276,7 +283,7 @@ func (p proxyDesc) body(finalizing bool, related map[string]any) []byte {
 			"metadata": map[string]any{"name": p.name, "namespace": p.ns, "uid": p.uid, "generation": 1, "creationTimestamp": "2026-11-30T12:00:00Z"},
 			"spec":     p.spec, "status": st,
 		},
-		"children": map[string]any{}, "related": related, "finalizing": finalizing,
+		"children": children, "related": related, "finalizing": finalizing,
 	})
 	return b
 }
@@ -351,10 +358,24 @@ func (c *child) syncUntil(t *testing.T, p *proxyDesc, what string, done func(syn
 			t.Fatal(err)
 		}
 		raw := map[string]any{}
+		var answered []map[string]any
 		_ = json.Unmarshal(b, &struct {
-			Status *map[string]any `json:"status"`
-		}{&raw})
+			Status   *map[string]any   `json:"status"`
+			Children *[]map[string]any `json:"children"`
+		}{&raw, &answered})
 		p.status = raw
+		observed := map[string]any{}
+		for _, obj := range answered {
+			meta, _ := obj["metadata"].(map[string]any)
+			typ := fmt.Sprint(obj["kind"]) + "." + fmt.Sprint(obj["apiVersion"])
+			m, _ := observed[typ].(map[string]any)
+			if m == nil {
+				m = map[string]any{}
+				observed[typ] = m
+			}
+			m[fmt.Sprint(meta["namespace"])+"/"+fmt.Sprint(meta["name"])] = obj
+		}
+		p.children = observed
 		if done(a) {
 			return a
 		}
