@@ -229,8 +229,15 @@ func locate(b []byte, err error) error {
 	msg := decodePrefix.ReplaceAllString(err.Error(), "")
 	var doc yamlv3.Node
 	if yerr := yamlv3.Unmarshal(b, &doc); yerr != nil {
-		// Not YAML at all: the converter's parser message carries the line.
-		return fmt.Errorf("providers config: invalid YAML: %s", strings.TrimPrefix(strings.TrimPrefix(err.Error(), "error converting YAML to JSON: "), "yaml: "))
+		// Not YAML at all: the parser's message carries the line. The converter's, when it
+		// refused the file (its lines are the more exact); else the YAML parser's own, as the
+		// converter may have accepted a text it then failed to decode as JSON.
+		const conv = "error converting YAML to JSON: "
+		m := yerr.Error()
+		if strings.HasPrefix(err.Error(), conv) {
+			m = strings.TrimPrefix(err.Error(), conv)
+		}
+		return fmt.Errorf("providers config: invalid YAML: %s", strings.TrimPrefix(m, "yaml: "))
 	}
 	if len(doc.Content) == 0 || doc.Content[0].Kind != yamlv3.MappingNode {
 		return fmt.Errorf("providers config: YAML: %s (want a mapping with a providers list)", msg)
