@@ -672,71 +672,50 @@ func newID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// expiryHeap orders live leases by expiry.
-type expiryHeap []*held
+// expiryHeap orders live leases by expiry, coolHeap remembered cooldowns by the time they are
+// forgotten, idleHeap sessions without live leases by the time they are dropped: one heap
+// shape (timeHeap) over three element types.
+type (
+	expiryHeap = timeHeap[*held]
+	coolHeap   = timeHeap[*cooldown]
+	idleHeap   = timeHeap[*session]
+)
 
-func (h expiryHeap) Len() int           { return len(h) }
-func (h expiryHeap) Less(i, j int) bool { return h[i].expires.Before(h[j].expires) }
-func (h expiryHeap) Swap(i, j int) {
+func (l *held) heapTime() time.Time     { return l.expires }
+func (l *held) setHeapIndex(i int)      { l.index = i }
+func (c *cooldown) heapTime() time.Time { return c.forget }
+func (c *cooldown) setHeapIndex(i int)  { c.index = i }
+func (s *session) heapTime() time.Time  { return s.until }
+func (s *session) setHeapIndex(i int)   { s.index = i }
+
+// timed is an element of a timeHeap: ordered by heapTime, told its index (-1 once popped), so
+// heap.Fix and heap.Remove can find it.
+type timed interface {
+	heapTime() time.Time
+	setHeapIndex(int)
+}
+
+// timeHeap is a container/heap min-heap by time.
+type timeHeap[T timed] []T
+
+func (h timeHeap[T]) Len() int           { return len(h) }
+func (h timeHeap[T]) Less(i, j int) bool { return h[i].heapTime().Before(h[j].heapTime()) }
+func (h timeHeap[T]) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
-	h[i].index, h[j].index = i, j
+	h[i].setHeapIndex(i)
+	h[j].setHeapIndex(j)
 }
-func (h *expiryHeap) Push(x any) {
-	l := x.(*held)
-	l.index = len(*h)
-	*h = append(*h, l)
+func (h *timeHeap[T]) Push(x any) {
+	e := x.(T)
+	e.setHeapIndex(len(*h))
+	*h = append(*h, e)
 }
-func (h *expiryHeap) Pop() any {
+func (h *timeHeap[T]) Pop() any {
 	old := *h
-	l := old[len(old)-1]
-	old[len(old)-1] = nil
+	e := old[len(old)-1]
+	var zero T
+	old[len(old)-1] = zero
 	*h = old[:len(old)-1]
-	l.index = -1
-	return l
-}
-
-// coolHeap orders remembered cooldowns by the time they are forgotten.
-type coolHeap []*cooldown
-
-func (h coolHeap) Len() int           { return len(h) }
-func (h coolHeap) Less(i, j int) bool { return h[i].forget.Before(h[j].forget) }
-func (h coolHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].index, h[j].index = i, j
-}
-func (h *coolHeap) Push(x any) {
-	c := x.(*cooldown)
-	c.index = len(*h)
-	*h = append(*h, c)
-}
-func (h *coolHeap) Pop() any {
-	old := *h
-	c := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	c.index = -1
-	return c
-}
-
-// idleHeap orders sessions without live leases by the time they are dropped.
-type idleHeap []*session
-
-func (h idleHeap) Len() int           { return len(h) }
-func (h idleHeap) Less(i, j int) bool { return h[i].until.Before(h[j].until) }
-func (h idleHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].index, h[j].index = i, j
-}
-func (h *idleHeap) Push(x any) {
-	s := x.(*session)
-	s.index = len(*h)
-	*h = append(*h, s)
-}
-func (h *idleHeap) Pop() any {
-	old := *h
-	s := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	s.index = -1
-	return s
+	e.setHeapIndex(-1)
+	return e
 }
