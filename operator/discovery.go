@@ -115,15 +115,7 @@ func (d *Discovery) Run(ctx context.Context) error {
 	errc := make(chan error, 3)
 	go func() { errc <- fmt.Errorf("discovery server: %w", d.srv.Serve(d.ln)) }()
 	loops := []func(context.Context) error{d.backend.reader.Run, d.backend.store.Run}
-	done := make(chan struct{}, len(loops))
-	for _, loop := range loops {
-		go func() {
-			if err := loop(ctx); err != nil {
-				errc <- err
-			}
-			done <- struct{}{}
-		}()
-	}
+	waitLoops := startLoops(ctx, errc, loops)
 	var runErr error
 	select {
 	case runErr = <-errc:
@@ -136,9 +128,7 @@ func (d *Discovery) Run(ctx context.Context) error {
 		runErr = fmt.Errorf("discovery server shutdown: %w", err)
 	}
 	cancel()
-	for range loops {
-		<-done
-	}
+	waitLoops()
 	if errors.Is(runErr, http.ErrServerClosed) {
 		runErr = nil
 	}

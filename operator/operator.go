@@ -508,9 +508,6 @@ func (o *Operator) Run(ctx context.Context) error {
 	log := o.log
 	log.Info("listening", "hooks", o.HookAddr(), "discovery", o.DiscoveryAddr())
 
-	errc := make(chan error, 5)
-	go func() { errc <- fmt.Errorf("hook server: %w", o.hookSrv.Serve(o.hookLn)) }()
-	go func() { errc <- fmt.Errorf("discovery server: %w", o.discSrv.Serve(o.discLn)) }()
 	// Background loops return nil when ctx ends; an early return is a failure of the process.
 	background := []func(context.Context) error{o.sched.Run, o.store.Run}
 	if o.redis != nil {
@@ -522,15 +519,11 @@ func (o *Operator) Run(ctx context.Context) error {
 	if o.marker != nil {
 		background = append(background, o.marker.Run)
 	}
-	done := make(chan struct{}, len(background))
-	for _, loop := range background {
-		go func() {
-			if err := loop(ctx); err != nil {
-				errc <- err
-			}
-			done <- struct{}{}
-		}()
-	}
+	// Room for every server's and loop's error, so none blocks after the first is taken.
+	errc := make(chan error, 2+len(background))
+	go func() { errc <- fmt.Errorf("hook server: %w", o.hookSrv.Serve(o.hookLn)) }()
+	go func() { errc <- fmt.Errorf("discovery server: %w", o.discSrv.Serve(o.discLn)) }()
+	waitLoops := startLoops(ctx, errc, background)
 
 	var runErr error
 	select {
@@ -554,11 +547,23 @@ func (o *Operator) Run(ctx context.Context) error {
 		runErr = fmt.Errorf("discovery server shutdown: %w", discErr)
 	}
 	cancel()
-	for range background {
-		<-done
-	}
+	waitLoops()
 	if errors.Is(runErr, http.ErrServerClosed) {
 		runErr = nil
 	}
 	return runErr
+}
+
+// startLoops runs each background loop until ctx ends, sending a loop's error to errc (which
+// must have room for one error per loop); the returned wait blocks until all have returned.
+func startLoops(ctx context.Context, errc chan<- error, loops []func(context.Context) error) (wait func()) {
+	var wg sync.WaitGroup
+	for _, loop := range loops {
+		wg.Go(func() {
+			if err := loop(ctx); err != nil {
+				errc <- err
+			}
+		})
+	}
+	return wg.Wait
 }
