@@ -14,6 +14,7 @@ import (
 
 	"github.com/proxy-operator/proxy-operator/fleet"
 	"github.com/proxy-operator/proxy-operator/internal/clocktest"
+	"github.com/proxy-operator/proxy-operator/internal/healthtest"
 	"github.com/proxy-operator/proxy-operator/lease"
 	"github.com/proxy-operator/proxy-operator/lifecycle"
 )
@@ -74,7 +75,7 @@ func Run(t *testing.T, f Factory) {
 type fixture struct {
 	h      Harness
 	view   *fleet.View
-	health *verdicts
+	health *healthtest.Map
 	clock  *clocktest.Clock
 }
 
@@ -96,7 +97,7 @@ func newFixture(t *testing.T, f Factory, specs ...spec) *fixture {
 func newFixtureEnv(t *testing.T, f Factory, maxSessions int, specs ...spec) *fixture {
 	t.Helper()
 	clock := clocktest.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	fx := &fixture{view: fleet.New(clock.Now, 0), health: newVerdicts(), clock: clock}
+	fx := &fixture{view: fleet.New(clock.Now, 0), health: &healthtest.Map{}, clock: clock}
 	for _, s := range specs {
 		fx.put(s)
 	}
@@ -116,7 +117,7 @@ func (fx *fixture) put(s spec) {
 	if s.unhealthy {
 		state = lifecycle.HealthUnhealthy
 	}
-	fx.health.set(p.Key, state, s.latency)
+	fx.health.SetState(p.Key, state, s.latency)
 }
 
 func (fx *fixture) acquire(t *testing.T, r lease.Request) (lease.Lease, error) {
@@ -487,7 +488,7 @@ func testStickySession(t *testing.T, f Factory) {
 	}
 
 	// Unhealthy: a new proxy.
-	fx.health.set(moved.Proxy.Key, lifecycle.HealthUnhealthy, 0)
+	fx.health.SetState(moved.Proxy.Key, lifecycle.HealthUnhealthy, 0)
 	fx.h.Sync(t)
 	if got := fx.mustAcquire(t, lease.Request{SessionKey: "s1"}).Proxy.Key; got == moved.Proxy.Key {
 		t.Errorf("session kept unhealthy %s", got)
@@ -625,14 +626,14 @@ func testRecovered(t *testing.T, f Factory) {
 	if _, err := fx.acquire(t, lease.Request{}); !errors.Is(err, lease.ErrNoMatch) {
 		t.Fatalf("unhealthy: err %v, want ErrNoMatch", err)
 	}
-	fx.health.set("ns/a", lifecycle.HealthHealthy, 5)
+	fx.health.SetState("ns/a", lifecycle.HealthHealthy, 5)
 	fx.h.Sync(t)
 	fx.mustAcquire(t, lease.Request{})
 }
 
 func testLatencyOrder(t *testing.T, f Factory) {
 	fx := newFixture(t, f, spec{name: "a", max: 5, latency: 10}, spec{name: "b", max: 5, latency: 20})
-	fx.health.set("ns/a", lifecycle.HealthHealthy, 500)
+	fx.health.SetState("ns/a", lifecycle.HealthHealthy, 500)
 	fx.h.Sync(t)
 	if got := fx.mustAcquire(t, lease.Request{}); got.Proxy.Key != "ns/b" || got.Health.LatencyMillis != 20 {
 		t.Errorf("lease on %s (latency %d), want ns/b (20, now faster)", got.Proxy.Key, got.Health.LatencyMillis)
@@ -667,7 +668,7 @@ func testLeaseRecord(t *testing.T, f Factory) {
 	p := fleet.Proxy{Key: "ns/full", UID: "u1", Generation: 3, Provider: "mock", ProviderID: "i-1", IP: "10.1.2.3", Port: 8080,
 		Attributes: map[string]string{"geo": "eu", "tier": "gold"}, MaxLeases: 3, Phase: "Ready"}
 	fx.view.Upsert(p)
-	fx.health.set(p.Key, lifecycle.HealthHealthy, 42)
+	fx.health.SetState(p.Key, lifecycle.HealthHealthy, 42)
 	fx.h.Sync(t)
 	l := fx.mustAcquire(t, lease.Request{Selector: eu, Target: "t.example", SessionKey: "s"})
 	if diff := cmp.Diff(p, l.Proxy); diff != "" {
