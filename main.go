@@ -111,6 +111,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Float64Var(&c.HealthMarkQPS, "health-mark-qps", mark.DefaultQPS, "health annotation patches per second (each makes Metacontroller sync that Proxy at once)")
 	fs.StringVar(&c.LeaseStore, "lease-store", "", leaseStoreUsage+"; empty: in memory")
 	fs.StringVar(&c.LeaseStorePasswordFile, "lease-store-password-file", "", leaseStorePasswordUsage)
+	leaseStoreFlags(fs, &c.LeaseStoreCAFile, &c.LeaseStoreCertFile, &c.LeaseStoreKeyFile, &c.LeaseStoreWaitReplicas)
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}
@@ -138,9 +139,19 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 }
 
 const (
-	leaseStoreUsage         = "Redis URL (redis://host:port[/db], rediss:// for TLS) that keeps leases, cooldowns and sessions and receives the fleet for discovery replicas"
+	leaseStoreUsage = "Redis URL that keeps leases, cooldowns and sessions and receives the fleet for discovery replicas: " +
+		"redis://host:port[/db], redis+sentinel://host:port[,host:port]/MASTER[/db] (a Sentinel master set), " +
+		"redis+cluster://host:port[,host:port] (a Redis Cluster); rediss for TLS"
 	leaseStorePasswordUsage = "file holding the Redis password (a mounted Secret; wins over the URL's; a missing file means none)"
 )
+
+// leaseStoreFlags are the Redis flags the operator and the discovery subcommand share.
+func leaseStoreFlags(fs *flag.FlagSet, ca, cert, key *string, wait *int) {
+	fs.StringVar(ca, "lease-store-ca-file", "", "PEM certificates that verify a rediss:// lease store (default: the system's roots)")
+	fs.StringVar(cert, "lease-store-cert-file", "", "client certificate for a rediss:// lease store that asks for one (with -lease-store-key-file)")
+	fs.StringVar(key, "lease-store-key-file", "", "private key of -lease-store-cert-file")
+	fs.IntVar(wait, "lease-store-wait-replicas", 0, "replicas that must confirm every lease change (Redis WAIT) before it is answered, so a Sentinel failover loses no acknowledged grant; 0: do not wait")
+}
 
 // runDiscovery is the discovery subcommand: the discovery API alone, served from Redis.
 func runDiscovery(ctx context.Context, args []string, _, stderr io.Writer) error {
@@ -153,6 +164,7 @@ func runDiscovery(ctx context.Context, args []string, _, stderr io.Writer) error
 	fs.BoolVar(&c.DiscoveryInsecure, "discovery-insecure", false, "serve the discovery API without a token (only on a trusted address such as 127.0.0.1)")
 	fs.StringVar(&c.LeaseStore, "lease-store", "", leaseStoreUsage+" (required)")
 	fs.StringVar(&c.LeaseStorePasswordFile, "lease-store-password-file", "", leaseStorePasswordUsage)
+	leaseStoreFlags(fs, &c.LeaseStoreCAFile, &c.LeaseStoreCertFile, &c.LeaseStoreKeyFile, &c.LeaseStoreWaitReplicas)
 	fs.DurationVar(&c.LeaseMaxTTL, "lease-max-ttl", c.LeaseMaxTTL, "longest lease TTL a client may ask for")
 	fs.DurationVar(&c.LeaseCooldown, "lease-cooldown", c.LeaseCooldown, "cooldown of a proxy for a target after a rate_limited report (same as the operator's)")
 	fs.DurationVar(&c.LeaseBanCooldown, "lease-ban-cooldown", c.LeaseBanCooldown, "cooldown of a proxy for a target after a banned report (same as the operator's)")

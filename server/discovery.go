@@ -27,6 +27,11 @@ type DiscoveryConfig struct {
 	// LeaseStore is the Redis URL (required); LeaseStorePasswordFile holds its password.
 	LeaseStore             string
 	LeaseStorePasswordFile string
+	// LeaseStoreCAFile verifies a rediss:// store's servers; LeaseStoreCertFile and
+	// LeaseStoreKeyFile are the client certificate. LeaseStoreWaitReplicas, above 0, makes
+	// every change wait for that many replicas (see redisstore.Config.WaitReplicas).
+	LeaseStoreCAFile, LeaseStoreCertFile, LeaseStoreKeyFile string
+	LeaseStoreWaitReplicas                                  int
 	LeaseMaxTTL            time.Duration
 	LeaseCooldown          time.Duration
 	LeaseBanCooldown       time.Duration
@@ -88,6 +93,7 @@ func NewDiscovery(cfg DiscoveryConfig) (*Discovery, error) {
 		return nil, err
 	}
 	b, err := newRedisBackend(redisSettings{url: cfg.LeaseStore, passwordFile: cfg.LeaseStorePasswordFile,
+		caFile: cfg.LeaseStoreCAFile, certFile: cfg.LeaseStoreCertFile, keyFile: cfg.LeaseStoreKeyFile, waitReplicas: cfg.LeaseStoreWaitReplicas,
 		cooldown: cfg.LeaseCooldown, banCooldown: cfg.LeaseBanCooldown, maxCooldown: cfg.LeaseMaxCooldown}, log)
 	if err != nil {
 		return nil, err

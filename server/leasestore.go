@@ -15,24 +15,27 @@ import (
 // redisSettings are the flags that make a Redis lease store.
 type redisSettings struct {
 	url, passwordFile                  string
+	caFile, certFile, keyFile          string
+	waitReplicas                       int
 	cooldown, banCooldown, maxCooldown time.Duration
 }
 
 // redisBackend is the Redis lease store with the reader discovery serves from and, in the
 // operator, the publisher that fills it.
 type redisBackend struct {
-	client *redis.Client
+	client redis.UniversalClient
 	store  *redisstore.Store
 	reader *redisstore.Reader
 	pub    *redisstore.Publisher
 }
 
 func newRedisBackend(s redisSettings, log *slog.Logger) (*redisBackend, error) {
-	client, err := redisstore.NewClient(s.url, s.passwordFile)
+	client, err := redisstore.NewClient(redisstore.ClientConfig{URL: s.url, PasswordFile: s.passwordFile,
+		CAFile: s.caFile, CertFile: s.certFile, KeyFile: s.keyFile})
 	if err != nil {
 		return nil, fmt.Errorf("-lease-store: %w", err)
 	}
-	store, err := redisstore.New(redisstore.Config{Client: client,
+	store, err := redisstore.New(redisstore.Config{Client: client, WaitReplicas: s.waitReplicas,
 		RateLimitedCooldown: s.cooldown, BannedCooldown: s.banCooldown, MaxCooldown: s.maxCooldown,
 		Log: log.With("component", "lease-store")})
 	if err != nil {
@@ -40,7 +43,8 @@ func newRedisBackend(s redisSettings, log *slog.Logger) (*redisBackend, error) {
 		return nil, err
 	}
 	// The URL without its password: never log the password.
-	log.Info("lease store: redis", "url", redisstore.Redact(s.url), "passwordFile", s.passwordFile)
+	log.Info("lease store: redis", "url", redisstore.Redact(s.url), "topology", string(redisstore.TopologyOf(s.url)),
+		"passwordFile", s.passwordFile, "waitReplicas", s.waitReplicas)
 	b := &redisBackend{client: client, store: store,
 		reader: redisstore.NewReader(redisstore.ReaderConfig{Store: store, Log: log.With("component", "lease-store")})}
 	// A first read before serving, so a restarted process answers from Redis at once. Redis

@@ -99,6 +99,11 @@ type Config struct {
 	// replicas; empty: the in-memory store. LeaseStorePasswordFile holds its password.
 	LeaseStore             string
 	LeaseStorePasswordFile string
+	// LeaseStoreCAFile verifies a rediss:// store's servers; LeaseStoreCertFile and
+	// LeaseStoreKeyFile are the client certificate. LeaseStoreWaitReplicas, above 0, makes
+	// every change wait for that many replicas (see redisstore.Config.WaitReplicas).
+	LeaseStoreCAFile, LeaseStoreCertFile, LeaseStoreKeyFile string
+	LeaseStoreWaitReplicas                                  int
 
 	ProbeWorkers    int
 	HealthResyncQPS float64
@@ -383,7 +388,8 @@ func New(cfg Config) (_ *Operator, err error) {
 		// Discovery reads what the operator published, like every replica: after a restart it
 		// serves from Redis at once instead of waiting for the view to refill.
 		if o.redis, err = newRedisBackend(redisSettings{url: cfg.LeaseStore, passwordFile: cfg.LeaseStorePasswordFile,
-			cooldown: cfg.LeaseCooldown, banCooldown: cfg.LeaseBanCooldown, maxCooldown: cfg.LeaseMaxCooldown}, log); err != nil {
+			caFile: cfg.LeaseStoreCAFile, certFile: cfg.LeaseStoreCertFile, keyFile: cfg.LeaseStoreKeyFile, waitReplicas: cfg.LeaseStoreWaitReplicas,
+		cooldown: cfg.LeaseCooldown, banCooldown: cfg.LeaseBanCooldown, maxCooldown: cfg.LeaseMaxCooldown}, log); err != nil {
 			return nil, err
 		}
 		o.redis.publisher(o.fleet, o.sched, log)

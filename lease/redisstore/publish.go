@@ -199,7 +199,8 @@ func (pb *Publisher) batches(ctx context.Context, script *redis.Script, args []a
 	for i := 0; i < len(args); i += step {
 		chunk := args[i:min(i+step, len(args))]
 		cctx, cancel := pb.store.op(ctx)
-		err := script.Run(cctx, pb.store.cfg.Client, pb.store.keys(), append(pb.store.head(len(chunk)), chunk...)...).Err()
+		// Replicated like a grant: a fleet record lost in a failover would end the leases on it.
+		err := pb.store.write(cctx, script, append(pb.store.head(len(chunk)), chunk...)...).Err()
 		cancel()
 		if err != nil {
 			return unavailable("publish", err)

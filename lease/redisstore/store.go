@@ -30,6 +30,8 @@ const (
 	// the scripts; a store is one slot's worth of data either way).
 	DefaultPrefix  = "{proxy-operator}:"
 	DefaultTimeout = 2 * time.Second
+	// DefaultWaitTimeout bounds a WAIT for replicas, well inside DefaultTimeout.
+	DefaultWaitTimeout = 500 * time.Millisecond
 	// sweepBatch is the prelude's SWEEP: a sweep that returns it may have left work behind.
 	sweepBatch = 256
 	// maxStaleRetries bounds how often an acquire re-reads the bucket list because the set of
@@ -59,6 +61,13 @@ type Config struct {
 	// Timeout bounds every call to Redis (default DefaultTimeout): past it the call fails
 	// with lease.ErrUnavailable rather than hang.
 	Timeout time.Duration
+	// WaitReplicas, when above 0, makes every call that changes leases or cooldowns wait
+	// (Redis WAIT, on the same connection) until that many replicas hold the change, at most
+	// WaitTimeout (default DefaultWaitTimeout). A change fewer replicas confirmed is answered
+	// with lease.ErrUnavailable (an acquire's grant is released again), so a grant a client was
+	// told about survives a Sentinel failover to any replica that confirmed it.
+	WaitReplicas int
+	WaitTimeout  time.Duration
 	// ReapInterval paces Run's sweep (default lease.DefaultReapInterval). Every script sweeps
 	// too, so Run only keeps an idle store tidy.
 	ReapInterval time.Duration
@@ -99,6 +108,10 @@ func New(cfg Config) (*Store, error) {
 	def(&cfg.SessionIdle, lease.DefaultSessionIdle)
 	def(&cfg.Timeout, DefaultTimeout)
 	def(&cfg.ReapInterval, lease.DefaultReapInterval)
+	def(&cfg.WaitTimeout, DefaultWaitTimeout)
+	if cfg.WaitReplicas < 0 {
+		return nil, fmt.Errorf("redisstore: WaitReplicas %d is negative", cfg.WaitReplicas)
+	}
 	if cfg.MaxSessions <= 0 {
 		cfg.MaxSessions = lease.DefaultMaxSessions
 	}
@@ -131,10 +144,62 @@ func (s *Store) op(ctx context.Context) (context.Context, context.CancelFunc) {
 
 func ms(d time.Duration) int64 { return d.Milliseconds() }
 
+// errUnreplicated is a change the primary made that fewer than WaitReplicas replicas
+// confirmed in time.
+var errUnreplicated = errors.New("not confirmed by enough replicas")
+
+// write runs a script that changes the store. With WaitReplicas the script and a WAIT go in
+// one pipeline on one connection to the primary that owns the store's slot: WAIT counts the
+// replicas that hold everything that connection wrote.
+func (s *Store) write(ctx context.Context, sc *redis.Script, args ...any) *redis.Cmd {
+	if s.cfg.WaitReplicas <= 0 {
+		return sc.Run(ctx, s.cfg.Client, s.keys(), args...)
+	}
+	var node redis.Cmdable = s.cfg.Client
+	if cc, ok := s.cfg.Client.(*redis.ClusterClient); ok {
+		// A keyless WAIT in a cluster pipeline could go to any node: ask the slot's primary.
+		n, err := cc.MasterForKey(ctx, s.cfg.Prefix)
+		if err != nil {
+			cmd := redis.NewCmd(ctx)
+			cmd.SetErr(err)
+			return cmd
+		}
+		node = n
+	}
+	var cmd *redis.Cmd
+	var wait *redis.Cmd
+	run := func(eval bool) error {
+		_, err := node.Pipelined(ctx, func(p redis.Pipeliner) error {
+			if eval {
+				cmd = sc.Eval(ctx, p, s.keys(), args...)
+			} else {
+				cmd = sc.EvalSha(ctx, p, s.keys(), args...)
+			}
+			wait = p.Do(ctx, "wait", s.cfg.WaitReplicas, s.cfg.WaitTimeout.Milliseconds())
+			return nil
+		})
+		return err
+	}
+	err := run(false)
+	if err != nil && cmd.Err() != nil && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		err = run(true) // the server's script cache was flushed (a restart, a failover)
+	}
+	if err != nil && cmd.Err() == nil {
+		cmd.SetErr(err) // the WAIT itself failed: the change's fate is unknown
+	}
+	if n, _ := wait.Int64(); cmd.Err() == nil && n < int64(s.cfg.WaitReplicas) {
+		cmd.SetErr(fmt.Errorf("%w: %d of %d replicas within %s", errUnreplicated, n, s.cfg.WaitReplicas, s.cfg.WaitTimeout))
+	}
+	return cmd
+}
+
 // unavailable marks what a retry may cure: the network, timeouts, and the replies of a Redis
 // that is loading, read-only, failing over or out of memory. Any other error reply is a
 // defect (of a script, or of the data) and is returned as it is.
 func unavailable(op string, err error) error {
+	if errors.Is(err, errUnreplicated) {
+		return fmt.Errorf("%s: %w: %w", op, lease.ErrUnavailable, err)
+	}
 	var re redis.Error
 	if errors.As(err, &re) && !errors.Is(err, context.DeadlineExceeded) {
 		msg := re.Error()
@@ -166,7 +231,12 @@ func (s *Store) Acquire(ctx context.Context, r lease.Request) (lease.Lease, erro
 		for _, b := range ids {
 			args = append(args, b)
 		}
-		res, err := s.sc.acquire.Run(ctx, s.cfg.Client, s.keys(), args...).Slice()
+		res, err := s.write(ctx, s.sc.acquire, args...).Slice()
+		if errors.Is(err, errUnreplicated) {
+			// Granted on the primary but not confirmed by the replicas: the client is told 503,
+			// so the grant must not hold a slot it will never release.
+			_ = s.sc.release.Run(ctx, s.cfg.Client, s.keys(), append(s.head(1), id)...).Err()
+		}
 		if err != nil {
 			return lease.Lease{}, unavailable("acquire", err)
 		}
@@ -194,7 +264,7 @@ func (s *Store) Acquire(ctx context.Context, r lease.Request) (lease.Lease, erro
 func (s *Store) Release(ctx context.Context, id string) error {
 	ctx, cancel := s.op(ctx)
 	defer cancel()
-	if err := s.sc.release.Run(ctx, s.cfg.Client, s.keys(), append(s.head(1), id)...).Err(); err != nil {
+	if err := s.write(ctx, s.sc.release, append(s.head(1), id)...).Err(); err != nil {
 		return unavailable("release", err)
 	}
 	return nil
@@ -207,7 +277,7 @@ func (s *Store) Renew(ctx context.Context, id string, ttl time.Duration) (lease.
 	}
 	ctx, cancel := s.op(ctx)
 	defer cancel()
-	res, err := s.sc.renew.Run(ctx, s.cfg.Client, s.keys(), append(s.head(2), id, ms(ttl))...).Slice()
+	res, err := s.write(ctx, s.sc.renew, append(s.head(2), id, ms(ttl))...).Slice()
 	if err != nil {
 		return lease.Lease{}, unavailable("renew", err)
 	}
@@ -229,7 +299,7 @@ func (s *Store) Report(ctx context.Context, id string, r lease.Report) (lease.Co
 	args := append(s.head(9), id, string(r.Result), r.Target, ms(r.RetryAfter),
 		ms(s.cfg.RateLimitedCooldown), ms(s.cfg.BannedCooldown), ms(s.cfg.MaxCooldown),
 		s.cfg.MaxCooldownsPerProxy, s.cfg.MaxCooldowns)
-	res, err := s.sc.report.Run(ctx, s.cfg.Client, s.keys(), args...).Slice()
+	res, err := s.write(ctx, s.sc.report, args...).Slice()
 	if err != nil {
 		return lease.Cooldown{}, unavailable("report", err)
 	}
