@@ -32,12 +32,12 @@ type DiscoveryConfig struct {
 	// every change wait for that many replicas (see redisstore.Config.WaitReplicas).
 	LeaseStoreCAFile, LeaseStoreCertFile, LeaseStoreKeyFile string
 	LeaseStoreWaitReplicas                                  int
-	LeaseMaxTTL            time.Duration
-	LeaseCooldown          time.Duration
-	LeaseBanCooldown       time.Duration
-	LeaseMaxCooldown       time.Duration
-	ShutdownGrace          time.Duration
-	Log                    *slog.Logger
+	LeaseMaxTTL                                             time.Duration
+	LeaseCooldown                                           time.Duration
+	LeaseBanCooldown                                        time.Duration
+	LeaseMaxCooldown                                        time.Duration
+	ShutdownGrace                                           time.Duration
+	Log                                                     *slog.Logger
 }
 
 // DiscoveryDefaults returns the defaults the discovery subcommand's flags show.

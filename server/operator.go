@@ -389,7 +389,7 @@ func New(cfg Config) (_ *Operator, err error) {
 		// serves from Redis at once instead of waiting for the view to refill.
 		if o.redis, err = newRedisBackend(redisSettings{url: cfg.LeaseStore, passwordFile: cfg.LeaseStorePasswordFile,
 			caFile: cfg.LeaseStoreCAFile, certFile: cfg.LeaseStoreCertFile, keyFile: cfg.LeaseStoreKeyFile, waitReplicas: cfg.LeaseStoreWaitReplicas,
-		cooldown: cfg.LeaseCooldown, banCooldown: cfg.LeaseBanCooldown, maxCooldown: cfg.LeaseMaxCooldown}, log); err != nil {
+			cooldown: cfg.LeaseCooldown, banCooldown: cfg.LeaseBanCooldown, maxCooldown: cfg.LeaseMaxCooldown}, log); err != nil {
 			return nil, err
 		}
 		o.redis.publisher(o.fleet, o.sched, log)
