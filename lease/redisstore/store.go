@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -83,6 +84,7 @@ type Store struct {
 	mu       chan struct{} // 1-slot lock that a context can give up on
 	bver     string
 	buckets  map[string]map[string]string
+	bns      map[string]string // bucket -> namespace
 	selCache map[string][]string
 }
 
@@ -223,7 +225,7 @@ func (s *Store) Acquire(ctx context.Context, r lease.Request) (lease.Lease, erro
 	id := newID()
 	reload := false
 	for range maxStaleRetries {
-		bver, ids, err := s.match(ctx, r.Selector, reload)
+		bver, ids, err := s.match(ctx, r.Selector, r.Namespaces, reload)
 		if err != nil {
 			return lease.Lease{}, unavailable("acquire", err)
 		}
@@ -362,6 +364,35 @@ func (s *Store) ActiveByProxy() map[string]int {
 	return m
 }
 
+var _ lease.PoolLoad = (*Store)(nil)
+
+// PoolLoad implements lease.PoolLoad in one script: the pool's refused-lease count (kept in
+// Redis, so it survives restarts and counts every replica's refusals) and each member's live
+// leases and cooling targets.
+func (s *Store) PoolLoad(ctx context.Context, q lease.PoolQuery) (lease.PoolView, error) {
+	ctx, cancel := s.op(ctx)
+	defer cancel()
+	args := append(s.head(1+len(q.Members)), q.Namespace+"/"+q.Pool)
+	for _, m := range q.Members {
+		args = append(args, m)
+	}
+	res, err := s.sc.poolload.Run(ctx, s.cfg.Client, s.keys(), args...).Slice()
+	if err != nil {
+		return lease.PoolView{}, unavailable("pool load", err)
+	}
+	denied, _ := strconv.ParseInt(str(res, 0), 10, 64)
+	v := lease.PoolView{Active: map[string]int{}, Cooling: map[string]int{}, Denied: denied}
+	for i, m := range q.Members {
+		if n := num(res, 1+2*i); n > 0 {
+			v.Active[m] = n
+		}
+		if n := num(res, 2+2*i); n > 0 {
+			v.Cooling[m] = n
+		}
+	}
+	return v, nil
+}
+
 // Sweep expires what is due now, in batches until none is left.
 func (s *Store) Sweep(ctx context.Context) error {
 	for {
@@ -402,8 +433,9 @@ func (s *Store) Run(ctx context.Context) error {
 }
 
 // match returns the bucket-set version and the ids of the buckets whose attributes contain
-// sel, from the local cache (reloaded when asked, or never loaded).
-func (s *Store) match(ctx context.Context, sel map[string]string, reload bool) (string, []string, error) {
+// sel, in one of nss (nil: any namespace), from the local cache (reloaded when asked, or
+// never loaded).
+func (s *Store) match(ctx context.Context, sel map[string]string, nss []string, reload bool) (string, []string, error) {
 	select {
 	case s.mu <- struct{}{}:
 	case <-ctx.Done():
@@ -412,10 +444,11 @@ func (s *Store) match(ctx context.Context, sel map[string]string, reload bool) (
 	defer func() { <-s.mu }()
 	if reload || s.buckets == nil {
 		var getVer *redis.StringCmd
-		var getAll *redis.MapStringStringCmd
+		var getAll, getNS *redis.MapStringStringCmd
 		_, err := s.cfg.Client.TxPipelined(ctx, func(p redis.Pipeliner) error {
 			getVer = p.Get(ctx, s.cfg.Prefix+"bver")
 			getAll = p.HGetAll(ctx, s.cfg.Prefix+"bkt")
+			getNS = p.HGetAll(ctx, s.cfg.Prefix+"bns")
 			return nil
 		})
 		if err != nil && !errors.Is(err, redis.Nil) {
@@ -436,15 +469,15 @@ func (s *Store) match(ctx context.Context, sel map[string]string, reload bool) (
 			}
 			buckets[id] = attrs
 		}
-		s.bver, s.buckets, s.selCache = ver, buckets, map[string][]string{}
+		s.bver, s.buckets, s.bns, s.selCache = ver, buckets, getNS.Val(), map[string][]string{}
 	}
-	k := selKey(sel)
+	k := selKey(sel, nss)
 	if ids, ok := s.selCache[k]; ok {
 		return s.bver, ids, nil
 	}
 	ids := []string{}
 	for id, attrs := range s.buckets {
-		if containsAll(attrs, sel) {
+		if containsAll(attrs, sel) && (nss == nil || slices.Contains(nss, s.bns[id])) {
 			ids = append(ids, id)
 		}
 	}
@@ -455,9 +488,13 @@ func (s *Store) match(ctx context.Context, sel map[string]string, reload bool) (
 	return s.bver, ids, nil
 }
 
-func selKey(sel map[string]string) string {
+func selKey(sel map[string]string, nss []string) string {
 	b, _ := json.Marshal(sel) // map keys are sorted: a canonical form
-	return string(b)
+	if nss == nil {
+		return string(b)
+	}
+	n, _ := json.Marshal(nss)
+	return string(b) + "\x00" + string(n)
 }
 
 func containsAll(attrs, sel map[string]string) bool {

@@ -107,7 +107,9 @@ func TestTLS(t *testing.T) {
 	}{
 		{name: "server certificate only", cfg: func(u string) ClientConfig { return ClientConfig{URL: u, CAFile: ca.File} }},
 		{name: "client certificate", authClients: true,
-			cfg: func(u string) ClientConfig { return ClientConfig{URL: u, CAFile: ca.File, CertFile: cliCert, KeyFile: cliKey} }},
+			cfg: func(u string) ClientConfig {
+				return ClientConfig{URL: u, CAFile: ca.File, CertFile: cliCert, KeyFile: cliKey}
+			}},
 		{name: "wrong CA", cfg: func(u string) ClientConfig { return ClientConfig{URL: u, CAFile: other.File} },
 			wantErr: "certificate signed by unknown authority"},
 		{name: "client certificate missing", authClients: true,

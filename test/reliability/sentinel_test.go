@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/proxy-operator/proxy-operator/internal/redistest"
-	op "github.com/proxy-operator/proxy-operator/operator"
+	op "github.com/proxy-operator/proxy-operator/server"
 )
 
 // TestRedisSentinelFailover: a primary, two replicas and three sentinels (real redis-server
