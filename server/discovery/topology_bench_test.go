@@ -53,7 +53,8 @@ func BenchmarkDiscoveryRedisTopologies(b *testing.B) {
 		{"sentinel-wait", set.URL(), 1},
 		{"cluster", redistest.ClusterURL(nodes), 0},
 	}
-	log := slog.New(slog.DiscardHandler)
+	// Rejections (a 503 and its cause) go to stderr: a refused cycle fails the benchmark.
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	mux := http.NewServeMux()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
