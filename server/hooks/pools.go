@@ -6,8 +6,8 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/proxy-operator/proxy-operator/server/hooks/poolhook"
 	"github.com/proxy-operator/proxy-operator/lease"
+	"github.com/proxy-operator/proxy-operator/server/hooks/poolhook"
 	"github.com/proxy-operator/proxy-operator/server/httpx"
 )
 
