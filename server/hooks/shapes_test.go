@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/proxy-operator/proxy-operator/membudget"
+	"github.com/proxy-operator/proxy-operator/server/hooks/membudget"
 )
 
 // shapeBodies are the body shapes of issue 21's attack pass, each about 4 MB (the default
