@@ -81,7 +81,7 @@ func documentedMetrics(t *testing.T) map[string]metricDoc {
 		if _, dup := out[m[1]]; dup {
 			t.Errorf("docs/metrics.md lists %s twice", m[1])
 		}
-		var labels []string
+		labels := []string{}
 		for _, l := range codeSpan.FindAllStringSubmatch(m[3], -1) {
 			labels = append(labels, l[1])
 		}
