@@ -15,7 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/proxy-operator/proxy-operator/operator"
+	"github.com/proxy-operator/proxy-operator/server"
 )
 
 // recordingRegisterer registers on a real registry and remembers the descriptor of every
@@ -104,8 +104,8 @@ func documentedMetrics(t *testing.T) map[string]metricDoc {
 func TestMetricsDocumented(t *testing.T) {
 	t.Setenv("KUBECONFIG", "") // no Kubernetes client: nothing here needs one
 	reg := &recordingRegisterer{Registry: prometheus.NewRegistry()}
-	op, err := operator.New(operator.Config{HookAddr: "127.0.0.1:0", DiscoveryAddr: "127.0.0.1:0", DiscoveryInsecure: true,
-		GCInterval: operator.Defaults().GCInterval, Registerer: reg, Gatherer: reg.Registry})
+	op, err := server.New(server.Config{HookAddr: "127.0.0.1:0", DiscoveryAddr: "127.0.0.1:0", DiscoveryInsecure: true,
+		GCInterval: server.Defaults().GCInterval, Registerer: reg, Gatherer: reg.Registry})
 	if err != nil {
 		t.Fatal(err)
 	}
