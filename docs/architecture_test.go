@@ -138,7 +138,7 @@ func TestComponentsTableMatchesPackages(t *testing.T) {
 	slices.Sort(missing)
 	slices.Sort(extra)
 	if len(missing) > 0 {
-		t.Errorf("packages missing from the components table of docs/architecture.md: %v", missing)
+		t.Errorf("packages missing from the components table of docs/architecture.md (add a row: the path in backticks, then the first sentence of its package doc comment): %v", missing)
 	}
 	if len(extra) > 0 {
 		t.Errorf("components table rows for packages that do not exist: %v", extra)
