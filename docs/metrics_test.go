@@ -104,8 +104,11 @@ func documentedMetrics(t *testing.T) map[string]metricDoc {
 func TestMetricsDocumented(t *testing.T) {
 	t.Setenv("KUBECONFIG", "") // no Kubernetes client: nothing here needs one
 	reg := &recordingRegisterer{Registry: prometheus.NewRegistry()}
-	op, err := server.New(server.Config{HookAddr: "127.0.0.1:0", DiscoveryAddr: "127.0.0.1:0", DiscoveryInsecure: true,
-		GCInterval: server.Defaults().GCInterval, Registerer: reg, Gatherer: reg.Registry})
+	op, err := server.New(server.Config{
+		Hooks:      server.HooksConfig{Addr: "127.0.0.1:0"},
+		Discovery:  server.DiscoveryAPIConfig{Addr: "127.0.0.1:0", Insecure: true},
+		GC:         server.GCConfig{Interval: server.Defaults().GC.Interval},
+		Registerer: reg, Gatherer: reg.Registry})
 	if err != nil {
 		t.Fatal(err)
 	}
