@@ -108,7 +108,9 @@ func TestMetricsDocumented(t *testing.T) {
 		Hooks:      server.HooksConfig{Addr: "127.0.0.1:0"},
 		Discovery:  server.DiscoveryAPIConfig{Addr: "127.0.0.1:0", Insecure: true},
 		GC:         server.GCConfig{Interval: server.Defaults().GC.Interval},
-		Registerer: reg, Gatherer: reg.Registry})
+		Registerer: reg,
+		Gatherer:   reg.Registry,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
