@@ -107,6 +107,7 @@ type Gateway struct {
 	inflight map[string]int   // requests and tunnels per token name
 	slots    map[string]*slot // sticky sessions with a lease in use, by session key and target
 	freed    chan struct{}    // closed (and replaced) whenever this gateway releases a lease
+	recent   map[string][]string
 }
 
 func (g *Gateway) init() {
@@ -151,6 +152,7 @@ func (g *Gateway) init() {
 	}
 	g.inflight = map[string]int{}
 	g.slots = map[string]*slot{}
+	g.recent = map[string][]string{}
 	g.freed = make(chan struct{})
 	dialer := &net.Dialer{Timeout: g.DialTimeout, KeepAlive: 30 * time.Second}
 	g.transport = &http.Transport{

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -486,5 +487,26 @@ func TestHealthzAndBadRequests(t *testing.T) {
 	status, _, body := rawProxy(t, e.addr, http.MethodConnect, "no-port-here", basicAuth("", token))
 	if status != http.StatusBadRequest || !strings.Contains(body, "want host:port") {
 		t.Errorf("CONNECT without a port: %d %q", status, body)
+	}
+}
+
+func TestRequestsWithoutSessionRotate(t *testing.T) {
+	e := newEnv(t, 3, nil)
+	s := newSite(t, nil)
+	c := e.client("pool-web", token) // one keep-alive connection: rotation must not depend on it
+	var got []string
+	for range 6 {
+		resp, _ := get(t, c, s.url("/"))
+		got = append(got, resp.Header.Get(gateway.HeaderProxy))
+	}
+	want := []string{"crawl/p1", "crawl/p2", "crawl/p3", "crawl/p1", "crawl/p2", "crawl/p3"}
+	if !slices.Equal(got, want) {
+		t.Errorf("6 requests went through %v, want a rotation %v", got, want)
+	}
+	froms := s.froms()
+	for i := 1; i < len(froms); i++ {
+		if froms[i] == froms[i-1] {
+			t.Errorf("the site saw two requests in a row from %s: %v", froms[i], froms)
+		}
 	}
 }

@@ -46,10 +46,12 @@ type slot struct {
 func (g *Gateway) take(ctx context.Context, p pick, target string, own []*hold) (*hold, error) {
 	req := g.request(p, target)
 	if req.SessionKey == "" {
+		req.Avoid = g.recentFor(target)
 		l, err := g.acquire(ctx, req, len(own))
 		if err != nil {
 			return nil, err
 		}
+		g.noteUse(target, l.Proxy.Key, req.Avoid)
 		return g.newHold(l, nil), nil
 	}
 	key := req.SessionKey + "|" + target
@@ -171,4 +173,37 @@ func (g *Gateway) report(ctx context.Context, h *hold, target string, r *Rule, h
 	}
 	g.Log.Info("gateway ban detected", "proxy", h.l.Proxy.Key, "target", target, "rule", r.Name, "result", r.Result,
 		"cooldown_until", c.Until, "strikes", c.Strikes)
+}
+
+// Rotation: requests without a session avoid the upstreams used last for their target, so
+// consecutive requests to a site leave through different addresses even when one upstream
+// would always be the least loaded.
+const (
+	rotationMemory  = 16    // upstreams remembered per target
+	rotationTargets = 10000 // targets remembered; beyond, the memory starts afresh
+)
+
+func (g *Gateway) recentFor(target string) []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Clone(g.recent[target])
+}
+
+// noteUse records that key served target. When key was itself avoided (every other upstream
+// was, or none fitted), the round is over and the memory restarts from key.
+func (g *Gateway) noteUse(target, key string, avoided []string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	r := g.recent[target]
+	if slices.Contains(avoided, key) {
+		r = r[:0]
+	}
+	if len(g.recent) >= rotationTargets && g.recent[target] == nil {
+		clear(g.recent)
+	}
+	r = append(r, key)
+	if len(r) > rotationMemory {
+		r = slices.Delete(r, 0, len(r)-rotationMemory)
+	}
+	g.recent[target] = r
 }
