@@ -211,9 +211,9 @@ func (m *Memory) Acquire(_ context.Context, r Request) (Lease, error) {
 		bestH     lifecycle.Health
 		fallback  *entry // the first avoided proxy that fits
 		fallbackH lifecycle.Health
-		nm     = NoMatchError{Target: r.Target}
-		stale  []*entry
-		health = map[*entry]lifecycle.Health{}
+		nm        = NoMatchError{Target: r.Target}
+		stale     []*entry
+		health    = map[*entry]lifecycle.Health{}
 	)
 	var fullPools []*bucket // buckets with a member at capacity: demand for their pool
 	for _, b := range m.match(r.Selector) {

@@ -2,10 +2,10 @@ package gateway_test
 
 import (
 	"bufio"
-	"crypto/tls"
-	"crypto/x509"
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
