@@ -512,3 +512,39 @@ func TestRequestsWithoutSessionRotate(t *testing.T) {
 		}
 	}
 }
+
+// TestBanInsideTLSReportedThroughTheSession follows docs/api.md: after the tunnel closes, a
+// lease with the session's key for the site is the upstream that served the tunnel; a report on
+// it moves the session's next tunnel.
+func TestBanInsideTLSReportedThroughTheSession(t *testing.T) {
+	e := newEnv(t, 3, nil)
+	srv, _ := tlsSite(t)
+	host := strings.TrimPrefix(srv.URL, "https://")
+	status, head, _ := rawProxy(t, e.addr, http.MethodConnect, host, basicAuth("session-tls1", token))
+	if status != http.StatusOK {
+		t.Fatalf("CONNECT: %d", status)
+	}
+	var served string
+	for _, line := range strings.Split(head, "\r\n") {
+		if v, ok := strings.CutPrefix(line, gateway.HeaderProxy+": "); ok {
+			served = v
+		}
+	}
+	waitFor(t, "the tunnel's lease to end", func() bool { return e.leases(t) == 0 })
+	ctx := context.Background()
+	l, err := e.store.Acquire(ctx, lease.Request{TTL: time.Minute, Target: host, SessionKey: "gw|crawler|tls1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Proxy.Key != served {
+		t.Fatalf("the session's lease is on %s, the tunnel went through %s", l.Proxy.Key, served)
+	}
+	if _, err := e.store.Report(ctx, l.ID, lease.Report{Result: lease.ResultBanned, Target: host}); err != nil {
+		t.Fatal(err)
+	}
+	_ = e.store.Release(ctx, l.ID)
+	_, head, _ = rawProxy(t, e.addr, http.MethodConnect, host, basicAuth("session-tls1", token))
+	if strings.Contains(head, gateway.HeaderProxy+": "+served) {
+		t.Errorf("the next tunnel of the session went through the reported upstream %s", served)
+	}
+}
