@@ -45,6 +45,8 @@ var subcommands = map[string]subcommand{
 		run: func(_ context.Context, args []string, stdout, _ io.Writer) error { return replay.Command(args, stdout) }},
 	"discovery": {usage: "proxy-operator discovery -lease-store redis://HOST:PORT [flags]\n\tserve only the discovery API, from the Redis an operator fills (any number of replicas)",
 		run: runDiscovery},
+	"gateway": {usage: "proxy-operator gateway -lease-store redis://HOST:PORT [flags]\n\tserve only the crawlers' proxy gateway, leasing from the Redis an operator fills (any number of replicas)",
+		run: runGateway},
 }
 
 // usage writes -h's text: the description, the synopses, the environment and the flags.
@@ -111,6 +113,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Float64Var(&c.HealthMarkQPS, "health-mark-qps", healthmark.DefaultQPS, "health annotation patches per second (each makes Metacontroller sync that Proxy at once)")
 	fs.StringVar(&c.LeaseStore, "lease-store", "", leaseStoreUsage+"; empty: in memory")
 	fs.StringVar(&c.LeaseStorePasswordFile, "lease-store-password-file", "", leaseStorePasswordUsage)
+	c.Gateway = d.Gateway
+	c.Gateway.RegisterFlags(fs, "listen address of the crawlers' proxy gateway (HTTP forward proxy and CONNECT over the same leases and tokens); empty: no gateway")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}
@@ -184,6 +188,50 @@ func runDiscovery(ctx context.Context, args []string, _, stderr io.Writer) error
 		return err
 	}
 	return d.Run(ctx)
+}
+
+// runGateway is the gateway subcommand: the proxy gateway alone, leasing from Redis.
+func runGateway(ctx context.Context, args []string, _, stderr io.Writer) error {
+	fs := flag.NewFlagSet("proxy-operator gateway", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c := operator.GatewayDefaults()
+	var level, format string
+	c.Gateway.RegisterFlags(fs, "listen address of the proxy gateway")
+	fs.StringVar(&c.MetricsAddr, "metrics-addr", c.MetricsAddr, "listen address of /metrics and /healthz (empty: none)")
+	fs.StringVar(&c.DiscoveryTokenFile, "discovery-token-file", "", "file of discovery API tokens (the proxy passwords): one per line, or scoped YAML (wins over DISCOVERY_TOKEN); without a token it does not start")
+	fs.BoolVar(&c.DiscoveryInsecure, "discovery-insecure", false, "serve the gateway without a token (only on a trusted address such as 127.0.0.1)")
+	fs.StringVar(&c.LeaseStore, "lease-store", "", leaseStoreUsage+" (required)")
+	fs.StringVar(&c.LeaseStorePasswordFile, "lease-store-password-file", "", leaseStorePasswordUsage)
+	fs.DurationVar(&c.LeaseCooldown, "lease-cooldown", c.LeaseCooldown, "cooldown of a proxy for a target after a rate_limited report (same as the operator's)")
+	fs.DurationVar(&c.LeaseBanCooldown, "lease-ban-cooldown", c.LeaseBanCooldown, "cooldown of a proxy for a target after a banned report (same as the operator's)")
+	fs.DurationVar(&c.LeaseMaxCooldown, "lease-max-cooldown", c.LeaseMaxCooldown, "cap of a cooldown grown by repeated reports (same as the operator's)")
+	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", c.ShutdownGrace, "time allowed for in-flight requests at shutdown")
+	fs.StringVar(&level, "log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&format, "log-format", "json", "log format: json or text")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	o := options{logFormat: format}
+	if err := o.logLevel.UnmarshalText([]byte(level)); err != nil {
+		return fmt.Errorf("-log-level: %w", err)
+	}
+	if format != "json" && format != "text" {
+		return fmt.Errorf("-log-format %q: want json or text", format)
+	}
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	c.DiscoveryToken = os.Getenv("DISCOVERY_TOKEN")
+	c.Log = newLogger(o, stderr)
+	redis.SetLogger(redisLog{c.Log.With("component", "redis-client")})
+	g, err := operator.NewGateway(c)
+	if err != nil {
+		return err
+	}
+	return g.Run(ctx)
 }
 
 // redisLog routes the Redis client's own messages (dial failures while Redis is out) into the

@@ -36,6 +36,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/providers/factory"
 	"github.com/proxy-operator/proxy-operator/replay"
 	"github.com/proxy-operator/proxy-operator/server/discovery"
+	"github.com/proxy-operator/proxy-operator/server/gateway"
 	"github.com/proxy-operator/proxy-operator/server/hooks"
 )
 
@@ -99,6 +100,9 @@ type Config struct {
 	// replicas; empty: the in-memory store. LeaseStorePasswordFile holds its password.
 	LeaseStore             string
 	LeaseStorePasswordFile string
+	// Gateway is the crawlers' proxy gateway (server/gateway), served on Gateway.Addr beside
+	// the discovery API over the same lease store and tokens; an empty Addr: none.
+	Gateway gateway.Config
 
 	ProbeWorkers    int
 	HealthResyncQPS float64
@@ -151,6 +155,7 @@ func Defaults() Config {
 		LeaseCooldown:       15 * time.Minute,
 		LeaseBanCooldown:    time.Hour,
 		LeaseMaxCooldown:    24 * time.Hour,
+		Gateway:             gateway.DefaultConfig(),
 		ProbeWorkers:        health.DefaultWorkers,
 		HealthResyncQPS:     health.DefaultResyncQPS,
 		GCInterval:          gc.DefaultInterval,
@@ -187,6 +192,7 @@ func (c Config) withDefaults() Config {
 	or(&c.LeaseCooldown, d.LeaseCooldown)
 	or(&c.LeaseBanCooldown, d.LeaseBanCooldown)
 	or(&c.LeaseMaxCooldown, d.LeaseMaxCooldown)
+	c.Gateway = c.Gateway.WithDefaults()
 	or(&c.GCMinAge, d.GCMinAge)
 	return c
 }
@@ -207,6 +213,11 @@ func (c Config) Validate() error {
 	}
 	if c.GCInterval < 0 || c.GCMinAge <= 0 {
 		return fmt.Errorf("-gc-interval must not be negative, -gc-min-age must be positive")
+	}
+	if c.Gateway.Addr != "" {
+		if err := c.Gateway.Validate(); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -231,6 +242,8 @@ type Operator struct {
 
 	hookSrv, discSrv *http.Server
 	hookLn, discLn   net.Listener
+	gwSrv            *http.Server // nil without -gateway-addr
+	gwLn             net.Listener
 }
 
 // New builds every part and binds both listeners, so the addresses are known when it returns.
@@ -300,6 +313,13 @@ func New(cfg Config) (_ *Operator, err error) {
 	if o.discLn, err = net.Listen("tcp", cfg.DiscoveryAddr); err != nil {
 		return nil, fmt.Errorf("discovery listener: %w", err)
 	}
+	own := []string{o.HookAddr(), o.DiscoveryAddr(), cfg.HookAddr, cfg.DiscoveryAddr}
+	if cfg.Gateway.Addr != "" {
+		if o.gwLn, err = net.Listen("tcp", cfg.Gateway.Addr); err != nil {
+			return nil, fmt.Errorf("gateway listener: %w", err)
+		}
+		own = append(own, o.gwLn.Addr().String(), cfg.Gateway.Addr)
+	}
 	var loopbackProviders []string
 	for _, e := range o.providers.Entries() {
 		if e.Type == "mock" {
@@ -307,7 +327,7 @@ func New(cfg Config) (_ *Operator, err error) {
 		}
 	}
 	egress, err := netpolicy.New(netpolicy.Config{AllowLoopback: cfg.AllowLoopbackProxies, LoopbackProviders: loopbackProviders,
-		ExternalCIDRs: cfg.ExternalCIDRs, OwnListeners: []string{o.HookAddr(), o.DiscoveryAddr(), cfg.HookAddr, cfg.DiscoveryAddr}})
+		ExternalCIDRs: cfg.ExternalCIDRs, OwnListeners: own})
 	if err != nil {
 		return nil, err
 	}
@@ -417,6 +437,14 @@ func New(cfg Config) (_ *Operator, err error) {
 
 	o.hookSrv = h.Server()
 	o.discSrv = disc.Server("")
+	if o.gwLn != nil {
+		gw := &gateway.Gateway{Leases: o.store, Fleet: disc.Fleet, Tokens: tokens, Insecure: cfg.DiscoveryInsecure,
+			Log: log.With("component", "gateway"), Registerer: reg}
+		if err := cfg.Gateway.Apply(gw); err != nil {
+			return nil, err
+		}
+		o.gwSrv, o.gwLn = gw.Server(), gw.Listener(o.gwLn)
+	}
 	return o, nil
 }
 
@@ -455,7 +483,7 @@ func (o *Operator) close() {
 		o.events.Shutdown()
 		o.events = nil
 	}
-	for _, ln := range []net.Listener{o.hookLn, o.discLn} {
+	for _, ln := range []net.Listener{o.hookLn, o.discLn, o.gwLn} {
 		if ln != nil {
 			_ = ln.Close()
 		}
@@ -479,6 +507,14 @@ func (o *Operator) HookAddr() string { return o.hookLn.Addr().String() }
 
 // DiscoveryAddr is the bound address of the discovery API listener.
 func (o *Operator) DiscoveryAddr() string { return o.discLn.Addr().String() }
+
+// GatewayAddr is the bound address of the gateway listener ("" without one).
+func (o *Operator) GatewayAddr() string {
+	if o.gwLn == nil {
+		return ""
+	}
+	return o.gwLn.Addr().String()
+}
 
 // Fleet is the process's fleet view.
 func (o *Operator) Fleet() *fleet.View { return o.fleet }
@@ -506,7 +542,7 @@ func (o *Operator) Run(ctx context.Context) error {
 	defer cancel()
 	defer o.close()
 	log := o.log
-	log.Info("listening", "hooks", o.HookAddr(), "discovery", o.DiscoveryAddr())
+	log.Info("listening", "hooks", o.HookAddr(), "discovery", o.DiscoveryAddr(), "gateway", o.GatewayAddr())
 
 	// Background loops return nil when ctx ends; an early return is a failure of the process.
 	background := []func(context.Context) error{o.sched.Run, o.store.Run}
@@ -520,9 +556,12 @@ func (o *Operator) Run(ctx context.Context) error {
 		background = append(background, o.marker.Run)
 	}
 	// Room for every server's and loop's error, so none blocks after the first is taken.
-	errc := make(chan error, 2+len(background))
+	errc := make(chan error, 3+len(background))
 	go func() { errc <- fmt.Errorf("hook server: %w", o.hookSrv.Serve(o.hookLn)) }()
 	go func() { errc <- fmt.Errorf("discovery server: %w", o.discSrv.Serve(o.discLn)) }()
+	if o.gwSrv != nil {
+		go func() { errc <- fmt.Errorf("gateway server: %w", o.gwSrv.Serve(o.gwLn)) }()
+	}
 	waitLoops := startLoops(ctx, errc, background)
 
 	var runErr error
@@ -535,11 +574,17 @@ func (o *Operator) Run(ctx context.Context) error {
 	// leases while the hooks drain (or the reverse).
 	sctx, scancel := context.WithTimeout(context.Background(), o.cfg.ShutdownGrace)
 	defer scancel()
-	var hookErr, discErr error
+	var hookErr, discErr, gwErr error
 	var stopping sync.WaitGroup
 	stopping.Go(func() { hookErr = o.hookSrv.Shutdown(sctx) })
 	stopping.Go(func() { discErr = o.discSrv.Shutdown(sctx) })
+	if o.gwSrv != nil {
+		stopping.Go(func() { gwErr = o.gwSrv.Shutdown(sctx) })
+	}
 	stopping.Wait()
+	if gwErr != nil && runErr == nil {
+		runErr = fmt.Errorf("gateway server shutdown: %w", gwErr)
+	}
 	if hookErr != nil && runErr == nil {
 		runErr = fmt.Errorf("hook server shutdown: %w", hookErr)
 	}

@@ -76,3 +76,30 @@ func (c Config) Apply(g *Gateway) error {
 	g.IdleTimeout, g.PerProxyMetrics = c.IdleTimeout, c.PerProxyMetrics
 	return nil
 }
+
+// WithDefaults fills the zero fields (other than Addr) from DefaultConfig.
+func (c Config) WithDefaults() Config {
+	d := DefaultConfig()
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = d.LeaseTTL
+	}
+	if c.MaxTries == 0 {
+		c.MaxTries = d.MaxTries
+	}
+	if c.MaxRetryBody == 0 {
+		c.MaxRetryBody = d.MaxRetryBody
+	}
+	if c.MaxConns == 0 {
+		c.MaxConns = d.MaxConns
+	}
+	if c.MaxConnsPerToken == 0 {
+		c.MaxConnsPerToken = d.MaxConnsPerToken
+	}
+	if c.MaxHeaderBytes == 0 {
+		c.MaxHeaderBytes = d.MaxHeaderBytes
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = d.IdleTimeout
+	}
+	return c
+}
