@@ -22,8 +22,8 @@ import (
 
 	"golang.org/x/crypto/bcrypt"
 
-	"github.com/proxy-operator/proxy-operator/fleet"
-	"github.com/proxy-operator/proxy-operator/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/fleet"
+	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
 	"github.com/proxy-operator/proxy-operator/providers"
 	"github.com/proxy-operator/proxy-operator/server/gateway"
 )
