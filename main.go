@@ -1,6 +1,6 @@
 // Command proxy-operator is the Metacontroller webhook operator for HTTP egress proxies. This
 // file only turns flags into a server.Config, dispatches subcommands and stops on a
-// signal; the wiring lives in package operator.
+// signal; the wiring lives in package server.
 package main
 
 import (
