@@ -92,7 +92,7 @@ bench-gateway:
 # at most 90 s each (about 5 minutes in all). Prints the table of docs/performance.md;
 # CRAWL_ARGS passes flags (go run ./test/crawl/cmd/crawlbench -h). make test runs a short version.
 CRAWL_ARGS ?= -v
-## bench-crawl: one crawl job with the random, rotating and leases strategies (about 5 minutes)
+## bench-crawl: one crawl job with the random, rotating, leases and gateway strategies (about 7 minutes)
 bench-crawl:
 	$(GO) run ./test/crawl/cmd/crawlbench $(CRAWL_ARGS)
 

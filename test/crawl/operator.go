@@ -15,6 +15,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/metacontroller/driver"
 	"github.com/proxy-operator/proxy-operator/providers/factory"
 	"github.com/proxy-operator/proxy-operator/providers/mock"
+	"github.com/proxy-operator/proxy-operator/server/gateway"
 	"github.com/proxy-operator/proxy-operator/server"
 )
 
@@ -34,6 +35,8 @@ type OperatorConfig struct {
 // Operator is a running operator with its fleet Ready and healthy.
 type Operator struct {
 	DiscoveryURL string
+	// GatewayAddr is the operator's proxy gateway (-gateway-addr), over the same leases.
+	GatewayAddr string
 	Token        string
 	View         *fleet.View
 	cancel       context.CancelFunc
@@ -55,7 +58,7 @@ func StartOperator(ctx context.Context, cfg OperatorConfig) (*Operator, error) {
 		Mock: &mock.Config{ProvisioningDelay: mock.Duration(200 * time.Millisecond), ServeProxies: true}}}}
 	op, err := server.New(server.Config{
 		HookAddr: "127.0.0.1:0", DiscoveryAddr: "127.0.0.1:0", Providers: &pcfg,
-		DiscoveryToken: cfg.Token, ShutdownGrace: 5 * time.Second,
+		DiscoveryToken: cfg.Token, ShutdownGrace: 5 * time.Second, Gateway: gateway.Config{Addr: "127.0.0.1:0"},
 		LeaseCooldown: cfg.RateLimitedCooldown, LeaseBanCooldown: cfg.BannedCooldown, LeaseMaxCooldown: cfg.MaxCooldown,
 	})
 	if err != nil {
@@ -76,7 +79,7 @@ func StartOperator(ctx context.Context, cfg OperatorConfig) (*Operator, error) {
 		_ = probe.Close()
 		done <- err
 	}()
-	o := &Operator{DiscoveryURL: "http://" + op.DiscoveryAddr(), Token: cfg.Token, View: op.Fleet(), cancel: cancel, done: done}
+	o := &Operator{DiscoveryURL: "http://" + op.DiscoveryAddr(), GatewayAddr: op.GatewayAddr(), Token: cfg.Token, View: op.Fleet(), cancel: cancel, done: done}
 	if err := playMetacontroller(ctx, "http://"+op.HookAddr(), "http://"+probeLn.Addr().String()+"/generate_204", cfg, op.Health()); err != nil {
 		o.Close()
 		return nil, err
