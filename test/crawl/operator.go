@@ -15,8 +15,8 @@ import (
 	"github.com/proxy-operator/proxy-operator/metacontroller/driver"
 	"github.com/proxy-operator/proxy-operator/providers/factory"
 	"github.com/proxy-operator/proxy-operator/providers/mock"
-	"github.com/proxy-operator/proxy-operator/server/gateway"
 	"github.com/proxy-operator/proxy-operator/server"
+	"github.com/proxy-operator/proxy-operator/server/gateway"
 )
 
 // OperatorConfig is what the benchmark sets of the operator; the rest is main.go's default.
@@ -37,10 +37,10 @@ type Operator struct {
 	DiscoveryURL string
 	// GatewayAddr is the operator's proxy gateway (-gateway-addr), over the same leases.
 	GatewayAddr string
-	Token        string
-	View         *fleet.View
-	cancel       context.CancelFunc
-	done         chan error
+	Token       string
+	View        *fleet.View
+	cancel      context.CancelFunc
+	done        chan error
 }
 
 // Close stops the operator (servers, loops) and its mock proxies.
