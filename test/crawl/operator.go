@@ -105,7 +105,7 @@ func playMetacontroller(ctx context.Context, hookURL, probeURL string, cfg Opera
 			return err
 		}
 	}
-	deadline := time.Now().Add(2 * time.Minute)
+	deadline := time.Now().Add(5 * time.Minute) // a loaded 2-core machine probes slowly
 	for {
 		d.Clock.AdvanceTo(time.Now())
 		if err := d.RunUntilIdle(); err != nil {
@@ -122,7 +122,7 @@ func playMetacontroller(ctx context.Context, hookURL, probeURL string, cfg Opera
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("only %d of %d proxies Ready and healthy after 2 minutes", ready, cfg.Proxies)
+			return fmt.Errorf("only %d of %d proxies Ready and healthy after 5 minutes", ready, cfg.Proxies)
 		}
 		select {
 		case <-ctx.Done():
