@@ -32,14 +32,14 @@ func TestGatewaySubcommandFlags(t *testing.T) {
 			}
 		})
 	}
-	o, err := parseFlags([]string{"-gateway-addr", "127.0.0.1:8091", "-gateway-max-tries", "5", "-discovery-insecure"}, io.Discard)
+	c, err := parseFlags([]string{"-gateway-addr", "127.0.0.1:8091", "-gateway-max-tries", "5", "-discovery-insecure"}, io.Discard, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g := o.operator.Gateway; g.Addr != "127.0.0.1:8091" || g.MaxTries != 5 || g.MaxRetryBody != 1<<20 {
+	if g := c.Gateway; g.Addr != "127.0.0.1:8091" || g.MaxTries != 5 || g.MaxRetryBody != 1<<20 {
 		t.Errorf("operator gateway config %+v", g)
 	}
-	if _, err := parseFlags([]string{"-gateway-addr", ":8091", "-gateway-max-header-bytes", "5"}, io.Discard); err == nil || !strings.Contains(err.Error(), "-gateway-max-header-bytes") {
+	if _, err := parseFlags([]string{"-gateway-addr", ":8091", "-gateway-max-header-bytes", "5"}, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "-gateway-max-header-bytes") {
 		t.Errorf("operator with a bad gateway limit: %v", err)
 	}
 }

@@ -27,17 +27,14 @@ type GatewayConfig struct {
 	Gateway gateway.Config
 	// MetricsAddr serves /metrics and /healthz (empty: none).
 	MetricsAddr string
-	// DiscoveryToken, DiscoveryTokenFile, DiscoveryInsecure: the tokens, as the discovery API's.
-	DiscoveryToken         string
-	DiscoveryTokenFile     string
-	DiscoveryInsecure      bool
-	LeaseStore             string
-	LeaseStorePasswordFile string
-	LeaseCooldown          time.Duration
-	LeaseBanCooldown       time.Duration
-	LeaseMaxCooldown       time.Duration
-	ShutdownGrace          time.Duration
-	Log                    *slog.Logger
+	// Token, TokenFile and Insecure: the tokens, as the discovery API's (DiscoveryAPIConfig).
+	Token     string
+	TokenFile string
+	Insecure  bool
+	// Lease.Store is required (the Redis the operator fills).
+	Lease         LeaseConfig
+	ShutdownGrace time.Duration
+	Log           *slog.Logger
 }
 
 // GatewayDefaults returns the defaults the gateway subcommand's flags show.
@@ -45,26 +42,34 @@ func GatewayDefaults() GatewayConfig {
 	d := Defaults()
 	g := gateway.DefaultConfig()
 	g.Addr = DefaultGatewayAddr
-	return GatewayConfig{Gateway: g, MetricsAddr: ":9091", LeaseCooldown: d.LeaseCooldown, LeaseBanCooldown: d.LeaseBanCooldown,
-		LeaseMaxCooldown: d.LeaseMaxCooldown, ShutdownGrace: d.ShutdownGrace}
+	return GatewayConfig{Gateway: g, MetricsAddr: ":9091", Lease: d.Lease, ShutdownGrace: d.ShutdownGrace}
 }
 
 // Validate says which setting is missing or out of range.
 func (c GatewayConfig) Validate() error {
-	if c.LeaseStore == "" {
+	if c.Lease.Store == "" {
 		return errors.New("-lease-store is required: the gateway subcommand leases from a shared store (redis:// or rediss://); " +
 			"for one process, run the operator with -gateway-addr instead")
 	}
 	if c.Gateway.Addr == "" {
 		return errors.New("-gateway-addr is required")
 	}
-	if c.LeaseCooldown <= 0 || c.LeaseBanCooldown <= 0 || c.LeaseMaxCooldown < c.LeaseBanCooldown || c.LeaseMaxCooldown < c.LeaseCooldown {
-		return fmt.Errorf("the cooldowns must be positive, -lease-max-cooldown at least each cooldown")
+	if err := c.Lease.Validate(); err != nil {
+		return err
 	}
 	if c.ShutdownGrace <= 0 {
 		return fmt.Errorf("-shutdown-grace must be positive")
 	}
 	return c.Gateway.Validate()
+}
+
+// RunGateway builds the gateway process from c and serves it until ctx ends.
+func RunGateway(ctx context.Context, c GatewayConfig) error {
+	g, err := NewGateway(c)
+	if err != nil {
+		return err
+	}
+	return g.Run(ctx)
 }
 
 // Gateway is an assembled gateway-only process. Build it with NewGateway, serve it with Run
@@ -83,6 +88,7 @@ type Gateway struct {
 // not be reachable yet.
 func NewGateway(cfg GatewayConfig) (_ *Gateway, err error) {
 	cfg.Gateway = cfg.Gateway.WithDefaults()
+	cfg.Lease = cfg.Lease.withDefaults()
 	if cfg.ShutdownGrace == 0 {
 		cfg.ShutdownGrace = Defaults().ShutdownGrace
 	}
@@ -93,7 +99,7 @@ func NewGateway(cfg GatewayConfig) (_ *Gateway, err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	tokens, err := discovery.Tokens(cfg.DiscoveryToken, cfg.DiscoveryTokenFile, cfg.DiscoveryInsecure)
+	tokens, err := discovery.Tokens(cfg.Token, cfg.TokenFile, cfg.Insecure)
 	if err != nil {
 		return nil, err
 	}
@@ -103,13 +109,12 @@ func NewGateway(cfg GatewayConfig) (_ *Gateway, err error) {
 			g.close()
 		}
 	}()
-	if g.backend, err = newRedisBackend(redisSettings{url: cfg.LeaseStore, passwordFile: cfg.LeaseStorePasswordFile,
-		cooldown: cfg.LeaseCooldown, banCooldown: cfg.LeaseBanCooldown, maxCooldown: cfg.LeaseMaxCooldown}, log); err != nil {
+	if g.backend, err = newRedisBackend(cfg.Lease, log); err != nil {
 		return nil, err
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	gw := &gateway.Gateway{Leases: g.backend.store, Fleet: g.backend.reader, Tokens: tokens, Insecure: cfg.DiscoveryInsecure,
+	gw := &gateway.Gateway{Leases: g.backend.store, Fleet: g.backend.reader, Tokens: tokens, Insecure: cfg.Insecure,
 		Log: log.With("component", "gateway"), Registerer: reg}
 	if err := cfg.Gateway.Apply(gw); err != nil {
 		return nil, err

@@ -76,8 +76,7 @@ func TestGatewayProcessesOverOneRedis(t *testing.T) {
 	done := make(chan error, 2)
 	for range 2 {
 		g, err := NewGateway(GatewayConfig{Gateway: gateway.Config{Addr: "127.0.0.1:0"}, MetricsAddr: "127.0.0.1:0",
-			DiscoveryToken: "gateway-process-token", LeaseStore: "redis://" + srv.Addr,
-			LeaseCooldown: time.Minute, LeaseBanCooldown: time.Hour, LeaseMaxCooldown: 24 * time.Hour})
+			Token: "gateway-process-token", Lease: LeaseConfig{Store: "redis://" + srv.Addr}})
 		if err != nil {
 			t.Fatal(err)
 		}
