@@ -1,7 +1,6 @@
 package gateway_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
@@ -16,7 +15,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -24,6 +22,7 @@ import (
 
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
 	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/squidtest"
 	"github.com/proxy-operator/proxy-operator/providers"
 	"github.com/proxy-operator/proxy-operator/server/gateway"
 )
@@ -199,117 +198,20 @@ func TestScrapyThroughTheGateway(t *testing.T) {
 	}
 }
 
-// startSquid runs a real Squid with basic auth (user gw, the given password, bcrypt in an
-// htpasswd file as the kubernetes provider's Squid has) on ip, and returns its address.
-func startSquid(t *testing.T, ip, password string) string {
-	t.Helper()
-	bin := need(t, "squid", "/usr/sbin/squid")
-	helper := "/usr/lib/squid/basic_ncsa_auth"
-	if _, err := os.Stat(helper); err != nil {
-		t.Skipf("no %s", helper)
-	}
-	// Not t.TempDir: run as root, Squid drops to its own user, which must reach the dir.
-	dir, err := os.MkdirTemp("", "gateway-squid-")
+func TestRealSquidUpstreamWithBasicAuth(t *testing.T) {
+	e := newEnv(t, 0, nil)
+	tlsSrv, pool := tlsSite(t)
+	_, tlsPort, _ := net.SplitHostPort(strings.TrimPrefix(tlsSrv.URL, "https://"))
+	hash, err := bcrypt.GenerateFromPassword([]byte("squid-secret"), bcrypt.MinCost)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	hash, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.MinCost)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir := squidtest.Dir(t)
 	htpasswd := filepath.Join(dir, "htpasswd")
 	if err := os.WriteFile(htpasswd, []byte("gw:"+string(hash)+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for range 3 { // a free port can be taken before Squid binds it
-		ln, err := net.Listen("tcp", ip+":0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := ln.Addr().String()
-		ln.Close()
-		conf := fmt.Sprintf(`http_port %s
-auth_param basic program %s %s
-auth_param basic realm gateway-test
-acl authed proxy_auth REQUIRED
-acl localnet src 127.0.0.0/8
-http_access deny !authed
-http_access allow localnet
-http_access deny all
-tcp_outgoing_address %s
-cache deny all
-access_log none
-cache_store_log none
-cache_log %s
-pid_filename %s
-coredump_dir %s
-pinger_enable off
-shutdown_lifetime 0 seconds
-visible_hostname gateway-test
-`, addr, helper, htpasswd, ip, filepath.Join(dir, "cache.log"), filepath.Join(dir, "squid.pid"), dir)
-		confPath := filepath.Join(dir, "squid.conf")
-		if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		var out bytes.Buffer
-		cmd := exec.Command(bin, "-N", "-f", confPath)
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		exited := make(chan error, 1)
-		go func() { exited <- cmd.Wait() }()
-		if err := squidReady(addr, exited); err == nil {
-			t.Cleanup(func() {
-				_ = cmd.Process.Signal(syscall.SIGTERM)
-				select {
-				case <-exited:
-				case <-time.After(10 * time.Second):
-					_ = cmd.Process.Kill()
-					<-exited
-				}
-			})
-			return addr
-		}
-		_ = cmd.Process.Kill()
-		<-exited
-	}
-	log, _ := os.ReadFile(filepath.Join(dir, "cache.log"))
-	t.Fatalf("squid did not start; cache.log: %s", log)
-	return ""
-}
-
-// squidReady waits until Squid answers a request (its 407 to an unauthenticated one), not
-// merely accepts connections.
-func squidReady(addr string, exited <-chan error) error {
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case err := <-exited:
-			return fmt.Errorf("squid exited: %v", err)
-		default:
-		}
-		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
-			_ = c.SetDeadline(deadline)
-			_, _ = c.Write([]byte("GET http://127.0.0.1:1/ HTTP/1.1\r\nHost: 127.0.0.1:1\r\n\r\n"))
-			line, err := bufio.NewReader(c).ReadString('\n')
-			c.Close()
-			if err == nil && strings.HasPrefix(line, "HTTP/1.") {
-				return nil
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return fmt.Errorf("squid on %s did not answer within 60s", addr)
-}
-
-func TestRealSquidUpstreamWithBasicAuth(t *testing.T) {
-	e := newEnv(t, 0, nil)
-	addr := startSquid(t, "127.0.0.31", "squid-secret")
+	addr := squidtest.Start(t, squidtest.Options{Htpasswd: htpasswd, ConnectPorts: []string{tlsPort}})
 	host, port, _ := net.SplitHostPort(addr)
 	p, _ := strconv.Atoi(port)
 	e.view.Upsert(fleet.Proxy{Key: "crawl/squid", UID: "squid", IP: host, Port: int32(p), MaxLeases: 10, Phase: "Ready",
@@ -324,14 +226,10 @@ func TestRealSquidUpstreamWithBasicAuth(t *testing.T) {
 		}
 		_, _ = w.Write([]byte("via squid"))
 	})
-	tlsSrv, pool := tlsSite(t)
 	c := e.client("pool-squid", token)
 	resp, body := get(t, c, s.url("/"))
 	if resp.StatusCode != http.StatusOK || body != "via squid" || resp.Header.Get(gateway.HeaderProxy) != "crawl/squid" {
 		t.Fatalf("plain HTTP through Squid: %d %q via %q", resp.StatusCode, body, resp.Header.Get(gateway.HeaderProxy))
-	}
-	if got := s.froms(); got[0] != "127.0.0.31" {
-		t.Errorf("site saw %v, want Squid's outgoing address 127.0.0.31", got)
 	}
 	if h := s.headers()[0]; h.Get("Proxy-Authorization") != "" {
 		t.Errorf("Squid passed a Proxy-Authorization to the site")
