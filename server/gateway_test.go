@@ -27,7 +27,7 @@ import (
 // metrics.
 func TestGatewayProcessesOverOneRedis(t *testing.T) {
 	srv := redistest.Start(t)
-	client, err := redisstore.NewClient("redis://"+srv.Addr, "")
+	client, err := redisstore.NewClient(redisstore.ClientConfig{URL: "redis://" + srv.Addr})
 	if err != nil {
 		t.Fatal(err)
 	}
