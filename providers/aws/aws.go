@@ -375,8 +375,9 @@ func (p *Provider) Delete(ctx context.Context, providerID string) error {
 	return nil
 }
 
-// ListByTag returns every instance of the region carrying the managed tag that is not yet
-// terminated, across pages.
+// ListByTag returns every instance of the region carrying the managed tag that exists and is
+// not going away (shutting-down and terminated ones are left out: nothing is left to collect),
+// across pages.
 func (p *Provider) ListByTag(ctx context.Context) ([]providers.Instance, error) {
 	return p.list(ctx, filter("tag:"+providers.TagManaged, "true"))
 }
@@ -393,7 +394,7 @@ func (p *Provider) list(ctx context.Context, filters ...types.Filter) ([]provide
 	const op = "aws describe"
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
-	filters = append(filters, filter("instance-state-name", append(slices.Clone(liveStates), "shutting-down")...))
+	filters = append(filters, filter("instance-state-name", liveStates...))
 	insts, err := p.describe(ctx, filters, nil)
 	if err != nil {
 		return nil, providers.Wrap(classify(err), op, err)

@@ -144,6 +144,13 @@ func (s *Server) ArmedFaults() int {
 	return n
 }
 
+// ClearFaults disarms every injected failure (the outage ends).
+func (s *Server) ClearFaults() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.faults = nil
+}
+
 // Hold makes every request wait until Release (or until its client gives up).
 func (s *Server) Hold() {
 	s.mu.Lock()

@@ -123,6 +123,13 @@ func (a *API) ArmedFaults() int {
 	return n
 }
 
+// ClearFaults disarms every injected failure (the outage ends).
+func (a *API) ClearFaults() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.faults = nil
+}
+
 // Hold makes every request wait until Release (or until its client gives up).
 func (a *API) Hold() {
 	a.mu.Lock()
