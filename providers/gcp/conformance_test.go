@@ -197,7 +197,9 @@ func (c *statefulCompute) view(zone, name string) any {
 
 func rawJSON(s string) json.RawMessage { return json.RawMessage(s) }
 
-func rawError(code int, msg, reason string) json.RawMessage { return rawJSON(apiError(code, msg, reason)) }
+func rawError(code int, msg, reason string) json.RawMessage {
+	return rawJSON(apiError(code, msg, reason))
+}
 
 var computeFailures = map[error]apiFault{
 	providers.ErrQuotaExceeded: {http.StatusForbidden, "quotaExceeded"},
