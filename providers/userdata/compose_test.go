@@ -17,7 +17,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/providers"
 )
 
-type mimePart struct{ typ, body string }
+type mimePart struct{ Type, Body string }
 
 var testCreds = &providers.Credentials{Username: "proxy-abc", Password: "Z7QK2M4XN5P6R7S8T9V2W3Y4A5"}
 
@@ -76,10 +76,10 @@ func TestComposeCarriesCloudInitAndCredentialScript(t *testing.T) {
 			if diff := cmp.Diff(mimePart{tc.wantType, tc.cloudInit}, got[0]); diff != "" {
 				t.Errorf("cloud-init part mismatch (-want +got):\n%s", diff)
 			}
-			if got[1].typ != "text/x-shellscript" {
-				t.Errorf("second part is %s, want text/x-shellscript", got[1].typ)
+			if got[1].Type != "text/x-shellscript" {
+				t.Errorf("second part is %s, want text/x-shellscript", got[1].Type)
 			}
-			checkScript(t, got[1].body)
+			checkScript(t, got[1].Body)
 		})
 	}
 }
@@ -118,10 +118,10 @@ func TestComposeOnlyCredential(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := parts(t, doc)
-	if len(got) != 1 || got[0].typ != "text/x-shellscript" {
+	if len(got) != 1 || got[0].Type != "text/x-shellscript" {
 		t.Fatalf("parts %+v, want the credential script alone", got)
 	}
-	checkScript(t, got[0].body)
+	checkScript(t, got[0].Body)
 }
 
 func TestComposeRefuses(t *testing.T) {
