@@ -82,5 +82,19 @@ for i = 9, #ARGV do
     size = 64
   end
 end
-if not best then return {'nomatch', matching, unhealthy, full, cool, leased} end
+if not best then
+  -- Demand for the pools whose members were at capacity, once per pool (namespace/pool).
+  local seen = {}
+  for i = 9, #ARGV do
+    local b = ARGV[i]
+    if redis.call('SCARD', P .. 'bf:' .. b) > 0 then
+      local pk = redis.call('HGET', P .. 'bpool', b)
+      if pk and not seen[pk] then
+        seen[pk] = true
+        redis.call('HINCRBY', P .. 'denied', pk, 1)
+      end
+    end
+  end
+  return {'nomatch', matching, unhealthy, full, cool, leased}
+end
 return grant(best)
