@@ -124,8 +124,8 @@ func TestTimeToReady(t *testing.T) {
 			t.Run(strconv.Itoa(n)+"/"+[]string{"defaults", "recommended"}[i], func(t *testing.T) {
 				r := runReady(t, n, ms, mark.DefaultQPS, readyOpts{})
 				times[i] = r.all
-				t.Logf("%d Managed proxies applied at once (%s): half Ready after %s, all after %s; %.2f status writes per proxy to Ready (histogram %v); %d Metacontroller API calls, %d annotation patches",
-					n, ms, r.half.Round(time.Second), r.all.Round(time.Second), r.writesPerProxy, r.writesHistogram, r.calls, r.patches)
+				t.Logf("%d Managed proxies applied at once (%s): half Ready after %s, all after %s; %.2f status writes per proxy to Ready (histogram %v); %d Metacontroller API calls, %d annotation patches; calls per proxy %v",
+					n, ms, r.half.Round(time.Second), r.all.Round(time.Second), r.writesPerProxy, r.writesHistogram, r.calls, r.patches, r.counts)
 				if r.maxWrites > maxWritesToReady {
 					t.Errorf("a proxy took %d status writes to Ready, want at most %d", r.maxWrites, maxWritesToReady)
 				}

@@ -9,7 +9,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"slices"
 	"strconv"
@@ -170,7 +169,9 @@ func newSimEnv(t *testing.T, ms metaSettings, markerQPS float64, healthDefault l
 		Events:       e.events,
 	}
 	inner := h.Handler()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	// Served in process (handlerTransport): the same handler and bodies without a socket, so
+	// thousands of proxies fit make test's time under -race.
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var key string
 		if r.URL.Path == "/sync" {
 			body, err := readKey(r)
@@ -182,9 +183,8 @@ func newSimEnv(t *testing.T, ms metaSettings, markerQPS float64, healthDefault l
 		if key != "" && e.afterSync != nil {
 			e.afterSync(key)
 		}
-	}))
-	t.Cleanup(srv.Close)
-	e.d = &driver.Driver{URL: srv.URL, Clock: clock, ResyncPeriod: ms.ResyncPeriod, IgnoreStatusChanges: ms.IgnoreStatus,
+	})
+	e.d = &driver.Driver{URL: "http://hooks.invalid", Client: &http.Client{Transport: handlerTransport{handler}}, Clock: clock, ResyncPeriod: ms.ResyncPeriod, IgnoreStatusChanges: ms.IgnoreStatus,
 		Budget: &driver.Budget{QPS: ms.QPS, Burst: ms.Burst, Workers: ms.Workers, HookLatency: hookLatency, CallLatency: callLatency, CacheFlush: 30 * time.Minute,
 			ServerRate: ms.ServerRate, ServerBurst: serverBurst}}
 	if markerQPS > 0 {
@@ -391,13 +391,14 @@ func scaleSizes(t *testing.T) []int {
 // twice per period, and workers that drain it in about a second and a half.
 func recommended(n int) metaSettings {
 	const period = 120
-	return metaSettings{QPS: float64(max(5, (2*n+period-1)/period)), Burst: max(10, n), Workers: max(5, n/500), ResyncPeriod: period * time.Second}
+	return metaSettings{QPS: float64(max(5, (2*n+period-1)/period)), Burst: max(10, n), Workers: max(5, n/500), ResyncPeriod: period * time.Second,
+		ServerRate: machineServerRate}
 }
 
 // defaults are Metacontroller's own defaults (pkg/cmd/metacontroller/main.go) with the shipped
 // CompositeController.
 func defaults() metaSettings {
-	return metaSettings{QPS: 5, Burst: 10, Workers: 5, ResyncPeriod: 120 * time.Second}
+	return metaSettings{QPS: 5, Burst: 10, Workers: 5, ResyncPeriod: 120 * time.Second, ServerRate: machineServerRate}
 }
 
 // fromEnv overrides settings for exploration: MC_QPS, MC_BURST, MC_WORKERS, MC_RESYNC (s),
