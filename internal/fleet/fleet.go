@@ -46,8 +46,9 @@ type Proxy struct {
 	Draining bool
 	// AwaitingVerdict is set while the Proxy's new instance runs and waits for its first
 	// verdict: the hook then syncs it again every provisioning poll, and that sync carries
-	// the verdict into status without a health annotation patch (decision 0172).
-	AwaitingVerdict bool
+	// the verdict into status without a health annotation patch (decision 0172). The hook's
+	// business alone: not part of the records discovery replicas read.
+	AwaitingVerdict bool `json:"-"`
 }
 
 // Equal reports whether two records are the same.
