@@ -35,9 +35,10 @@ demo:
 ## test: every test: the Go tests with -race (test-go), then the Python client's (test-python); what CI runs after make verify
 test: test-go test-python
 
-## test-go: go test -race ./... (25 min timeout per package: the driver package takes 3-8 min under -race on 2 busy cores)
+## test-go: go test -race ./... (25 min timeout per package: the driver package takes 3-8 min under -race on 2 busy cores), then the driver's largest simulations without -race
 test-go:
 	$(GO) test -race -count=1 -timeout 25m ./...
+	$(GO) test -count=1 -timeout 25m -run 'TestSteadyFleetJitteringLatency|TestBringUpModelMatchesMeasurement' ./metacontroller/driver/
 
 ## test-python: the Python client and its Scrapy middleware against the real binary (pytest)
 # With Debian's python3-scrapy,

@@ -45,6 +45,9 @@ func TestBringUpModelMatchesMeasurement(t *testing.T) {
 			if m.n > 1000 && !wantScale(m.n) {
 				t.Skip("set SCALE_PROXIES to include", m.n, "(make scale)")
 			}
+			if raceOn && !wantScale(m.n) {
+				t.Skip("runs without -race (make test-go's second pass) or with SCALE_PROXIES")
+			}
 			ms := fromEnv(m.ms)
 			r := runReady(t, m.n, ms, mark.DefaultQPS, readyOpts{applyOver: m.applyOver, legacyMark: true})
 			t.Logf("%d Managed proxies (%s), applied over %s: modelled half Ready %s, all %s; measured %s, %s; calls per proxy %v",
