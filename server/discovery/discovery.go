@@ -39,6 +39,7 @@ const (
 	MinLeaseTTL               = time.Second
 	DefaultMaxRetryAfter      = 7 * 24 * time.Hour
 	DefaultDiscoveryBodyBytes = 64 << 10
+	DefaultMaxConns           = 1024
 
 	maxSelectorPairs = 32
 	maxAttrKeyLen    = 63
@@ -91,6 +92,9 @@ type Discovery struct {
 	MaxTTL        time.Duration
 	MaxRetryAfter time.Duration
 	MaxBodyBytes  int64
+	// MaxConns bounds the listener's open connections (0: DefaultMaxConns); idle ones make
+	// room for new ones (httpx.ConnLimit). An idle connection costs about 22 KiB.
+	MaxConns int
 
 	once       sync.Once
 	lastActive atomic.Int64 // the gauge's value when the store cannot answer
@@ -198,14 +202,20 @@ func (d *Discovery) Handler() http.Handler {
 
 // Server returns the discovery listener's server with every timeout set.
 func (d *Discovery) Server(addr string) *http.Server {
+	n := d.MaxConns
+	if n <= 0 {
+		n = DefaultMaxConns
+	}
 	return &http.Server{
 		Addr:              addr,
 		Handler:           d.Handler(),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      15 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    16 << 10,
+		// Crawlers lease, report and release within seconds; one that idles longer reconnects.
+		IdleTimeout:    30 * time.Second,
+		MaxHeaderBytes: 16 << 10,
+		ConnState:      httpx.NewConnLimit(n).ConnState,
 	}
 }
 
