@@ -144,7 +144,7 @@ func (d *Discovery) init() {
 		Name: "proxy_operator_lease_reports_refused_total",
 		Help: "Crawler reports refused because the cooldown bound was reached, by limit (per_proxy or total).",
 	}, []string{"limit"})
-	for _, l := range []string{"per_proxy", "total"} {
+	for _, l := range []string{"per_proxy", "per_namespace", "total"} {
 		d.refused.WithLabelValues(l)
 	}
 	d.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -309,8 +309,11 @@ func (d *Discovery) serve(h httpx.HandlerFunc) http.HandlerFunc {
 			return &httpx.Error{Code: http.StatusBadRequest, Message: "invalid lease request", Err: err}
 		case errors.As(err, &tm):
 			limit := "total"
-			if tm.Scope == "proxy" {
+			switch tm.Scope {
+			case "proxy":
 				limit = "per_proxy"
+			case "namespace":
+				limit = "per_namespace"
 			}
 			d.refused.WithLabelValues(limit).Inc()
 			return &httpx.Error{Code: http.StatusTooManyRequests, Err: err,
