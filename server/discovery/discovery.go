@@ -142,7 +142,7 @@ func (d *Discovery) init() {
 	}
 	d.refused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "proxy_operator_lease_reports_refused_total",
-		Help: "Crawler reports refused because the cooldown bound was reached, by limit (per_proxy or total).",
+		Help: "Crawler reports refused because a cooldown bound was reached, by limit (per_proxy, per_namespace or total).",
 	}, []string{"limit"})
 	for _, l := range []string{"per_proxy", "per_namespace", "total"} {
 		d.refused.WithLabelValues(l)
