@@ -35,8 +35,9 @@ func squidBinary(t *testing.T) string {
 }
 
 // startSquid runs a real Squid on a free loopback port that allows CONNECT only to
-// allowPort, and returns its address. It stops when the test ends.
-func startSquid(t *testing.T, allowPort string) string {
+// allowPort, and returns its address; extra lines are added to its config. It stops when the
+// test ends.
+func startSquid(t *testing.T, allowPort string, extra ...string) string {
 	t.Helper()
 	bin := squidBinary(t)
 	// Not t.TempDir: run as root, Squid drops to its own user, which must reach the dir.
@@ -68,7 +69,8 @@ coredump_dir %s
 pinger_enable off
 shutdown_lifetime 0 seconds
 visible_hostname health-test
-`, port, allowPort, filepath.Join(dir, "cache.log"), filepath.Join(dir, "squid.pid"), dir)
+%s
+`, port, allowPort, filepath.Join(dir, "cache.log"), filepath.Join(dir, "squid.pid"), dir, strings.Join(extra, "\n"))
 		confPath := filepath.Join(dir, "squid.conf")
 		if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
 			t.Fatal(err)
