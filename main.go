@@ -21,6 +21,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/proxy-operator/proxy-operator/health"
 	"github.com/proxy-operator/proxy-operator/healthmark"
 	"github.com/proxy-operator/proxy-operator/kube"
 	"github.com/proxy-operator/proxy-operator/netpolicy"
@@ -111,6 +112,14 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Float64Var(&c.HealthMarkQPS, "health-mark-qps", healthmark.DefaultQPS, "health annotation patches per second (each makes Metacontroller sync that Proxy at once)")
 	fs.StringVar(&c.LeaseStore, "lease-store", "", leaseStoreUsage+"; empty: in memory")
 	fs.StringVar(&c.LeaseStorePasswordFile, "lease-store-password-file", "", leaseStorePasswordUsage)
+	fs.StringVar(&c.EchoAddr, "echo-addr", "", "listen address of the exit echo (answers each caller's address; empty: none)")
+	fs.StringVar(&c.ExitURL, "exit-url", "", "echo URL the exit check fetches through each proxy whose spec.verify.exitURL is empty (text or JSON answer; empty: no exit check for those)")
+	fs.DurationVar(&c.ExitInterval, "exit-interval", health.DefaultExitInterval, "time between exit checks of one proxy")
+	fs.StringVar(&c.GeoIPDB, "geoip-db", "", "MaxMind-format Country or City database (e.g. GeoLite2-Country.mmdb) for exits' countries; reloaded when it changes")
+	fs.StringVar(&c.ASNDB, "asn-db", "", "MaxMind-format ASN database (e.g. GeoLite2-ASN.mmdb) for exits' networks; reloaded when it changes")
+	fs.DurationVar(&c.ScoreHalfLife, "score-half-life", health.DefaultScoreHalfLife, "time for a probe or crawler report to count half as much in a proxy's quality score")
+	fs.DurationVar(&c.ScoreSlowProbe, "score-slow-probe", health.DefaultSlowProbe, "probe latency beyond which a successful probe counts against a proxy's quality score")
+	byBand := fs.Bool("lease-by-quality", true, "lease proxies of a better quality band first (then least-loaded, then lowest latency); false: ignore bands")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}
@@ -130,6 +139,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return options{}, fmt.Errorf("-log-format %q: want json or text", o.logFormat)
 	}
 	c.ProbeDurationFleetOnly = !*durationByProxy
+	c.LeaseIgnoreBand = !*byBand
 	if err := c.Validate(); err != nil {
 		return options{}, err
 	}

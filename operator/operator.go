@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"sync"
 	"time"
 
@@ -25,6 +26,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/fleet"
 	"github.com/proxy-operator/proxy-operator/gc"
 	"github.com/proxy-operator/proxy-operator/health"
+	"github.com/proxy-operator/proxy-operator/health/geoip"
 	"github.com/proxy-operator/proxy-operator/healthmark"
 	"github.com/proxy-operator/proxy-operator/kube"
 	"github.com/proxy-operator/proxy-operator/lease"
@@ -131,6 +133,25 @@ type Config struct {
 	// HealthMarkQPS bounds the health annotation patches (0: healthmark.DefaultQPS).
 	HealthMarkQPS float64
 
+	// EchoAddr, when set, is where the operator answers each caller's address (the exit
+	// check's echo, for clusters where proxies can reach the operator).
+	EchoAddr string
+	// ExitURL is the echo URL exit checks fetch for proxies whose spec.verify names none
+	// (empty: those proxies get no exit check); ExitInterval paces the checks (0:
+	// health.DefaultExitInterval).
+	ExitURL      string
+	ExitInterval time.Duration
+	// GeoIPDB and ASNDB are MaxMind-format files (Country or City, and ASN) the exit's
+	// country and network are read from; each is reloaded when it changes.
+	GeoIPDB, ASNDB string
+	// ScoreHalfLife is how fast outcomes fade from the quality score (0:
+	// health.DefaultScoreHalfLife). LeaseIgnoreBand leaves the band out of the lease choice.
+	ScoreHalfLife   time.Duration
+	LeaseIgnoreBand bool
+	// ScoreSlowProbe is the probe latency beyond which a success counts as slow in the score
+	// (0: health.DefaultSlowProbe).
+	ScoreSlowProbe time.Duration
+
 	// Log receives the process log (nil: discarded). HealthLog, when set, receives the
 	// prober's log instead of Log.
 	Log       *slog.Logger
@@ -208,6 +229,14 @@ func (c Config) Validate() error {
 	if c.GCInterval < 0 || c.GCMinAge <= 0 {
 		return fmt.Errorf("-gc-interval must not be negative, -gc-min-age must be positive")
 	}
+	if c.ExitInterval < 0 || c.ScoreHalfLife < 0 || c.ScoreSlowProbe < 0 {
+		return fmt.Errorf("-exit-interval, -score-half-life and -score-slow-probe must not be negative")
+	}
+	if c.ExitURL != "" {
+		if u, err := url.Parse(c.ExitURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("-exit-url %q must be an absolute http:// or https:// URL", c.ExitURL)
+		}
+	}
 	return nil
 }
 
@@ -231,6 +260,9 @@ type Operator struct {
 
 	hookSrv, discSrv *http.Server
 	hookLn, discLn   net.Listener
+	echoSrv          *http.Server // nil without EchoAddr
+	echoLn           net.Listener
+	geo              *geoip.Resolver
 }
 
 // New builds every part and binds both listeners, so the addresses are known when it returns.
@@ -322,8 +354,19 @@ func New(cfg Config) (_ *Operator, err error) {
 	if hlog == nil {
 		hlog = log.With("component", "health")
 	}
+	if o.geo, err = geoip.Open(geoip.Config{CountryPath: cfg.GeoIPDB, ASNPath: cfg.ASNDB, Log: log.With("component", "geoip")}); err != nil {
+		return nil, fmt.Errorf("-geoip-db/-asn-db: %w", err)
+	}
+	if cfg.EchoAddr != "" {
+		if o.echoLn, err = net.Listen("tcp", cfg.EchoAddr); err != nil {
+			return nil, fmt.Errorf("echo listener: %w", err)
+		}
+		o.echoSrv = &http.Server{Handler: health.EchoHandler(), ReadHeaderTimeout: 5 * time.Second,
+			ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second, IdleTimeout: 30 * time.Second, MaxHeaderBytes: 8 << 10}
+	}
 	if o.sched, err = health.New(health.Config{View: o.fleet, Prober: o.prober, Workers: cfg.ProbeWorkers,
-		Registerer: reg, FleetDurationOnly: cfg.ProbeDurationFleetOnly, Log: hlog, OnTransition: o.notifyTransition}); err != nil {
+		Registerer: reg, FleetDurationOnly: cfg.ProbeDurationFleetOnly, Log: hlog, OnTransition: o.notifyTransition,
+		ExitURL: cfg.ExitURL, ExitInterval: cfg.ExitInterval, Geo: o.geo, ScoreHalfLife: cfg.ScoreHalfLife, SlowProbe: cfg.ScoreSlowProbe}); err != nil {
 		return nil, err
 	}
 	if o.kube != nil {
@@ -374,6 +417,7 @@ func New(cfg Config) (_ *Operator, err error) {
 			BannedCooldown:      cfg.LeaseBanCooldown,
 			MaxCooldown:         cfg.LeaseMaxCooldown,
 			Observe:             cfg.LeaseObserve,
+			PreferBand:          !cfg.LeaseIgnoreBand,
 			Admit: func(p fleet.Proxy) error {
 				return egress.CheckHost(p.IP, uint16(p.Port), netpolicy.Dest{External: p.Mode == v1.ModeExternal, Provider: p.Provider})
 			},
@@ -390,13 +434,17 @@ func New(cfg Config) (_ *Operator, err error) {
 		o.store = o.redis.store
 		disc.Fleet, disc.Health = o.redis.reader, o.redis.reader
 	}
-	disc.Leases = o.store
 	// The ProxyPool controller's hooks read the lease store's view of each pool's members; a
 	// store without that view (Redis today) leaves pools sized by spec and rotated by age only.
 	h.Pools = &poolhook.Hooks{Log: log.With("component", "pools"), Metrics: poolhook.NewMetrics(reg)}
 	if pl, ok := o.store.(lease.PoolLoad); ok {
 		h.Pools.Load = pl
 	}
+	// Crawlers' reports (and the gateway's, through the store) feed the quality score.
+	o.store = lease.WithOutcomes(o.store, func(proxy string, r lease.Result) {
+		o.sched.Report(proxy, reportOutcome(r), time.Now())
+	})
+	disc.Leases = o.store
 	if o.events != nil {
 		h.Pools.Events = o.events // scale and rotation decisions as Events on the pool
 	}
@@ -442,6 +490,17 @@ func (o *Operator) connect() error {
 	return nil
 }
 
+// reportOutcome is how the score weighs a lease report.
+func reportOutcome(r lease.Result) health.Outcome {
+	switch r {
+	case lease.ResultBanned:
+		return health.OutcomeBanned
+	case lease.ResultRateLimited:
+		return health.OutcomeRateLimited
+	}
+	return health.OutcomeOK
+}
+
 // notifyTransition hands a verdict transition to the health annotation, when there is one.
 func (o *Operator) notifyTransition(key string, _ lifecycle.Health) {
 	if o.marker != nil {
@@ -455,7 +514,7 @@ func (o *Operator) close() {
 		o.events.Shutdown()
 		o.events = nil
 	}
-	for _, ln := range []net.Listener{o.hookLn, o.discLn} {
+	for _, ln := range []net.Listener{o.hookLn, o.discLn, o.echoLn} {
 		if ln != nil {
 			_ = ln.Close()
 		}
@@ -479,6 +538,14 @@ func (o *Operator) HookAddr() string { return o.hookLn.Addr().String() }
 
 // DiscoveryAddr is the bound address of the discovery API listener.
 func (o *Operator) DiscoveryAddr() string { return o.discLn.Addr().String() }
+
+// EchoAddr is the bound address of the echo listener ("" without one).
+func (o *Operator) EchoAddr() string {
+	if o.echoLn == nil {
+		return ""
+	}
+	return o.echoLn.Addr().String()
+}
 
 // Fleet is the process's fleet view.
 func (o *Operator) Fleet() *fleet.View { return o.fleet }
@@ -509,7 +576,7 @@ func (o *Operator) Run(ctx context.Context) error {
 	log.Info("listening", "hooks", o.HookAddr(), "discovery", o.DiscoveryAddr())
 
 	// Background loops return nil when ctx ends; an early return is a failure of the process.
-	background := []func(context.Context) error{o.sched.Run, o.store.Run}
+	background := []func(context.Context) error{o.sched.Run, o.store.Run, o.geo.Run}
 	if o.redis != nil {
 		background = append(background, o.redis.pub.Run, o.redis.reader.Run)
 	}
@@ -520,9 +587,13 @@ func (o *Operator) Run(ctx context.Context) error {
 		background = append(background, o.marker.Run)
 	}
 	// Room for every server's and loop's error, so none blocks after the first is taken.
-	errc := make(chan error, 2+len(background))
+	errc := make(chan error, 3+len(background))
 	go func() { errc <- fmt.Errorf("hook server: %w", o.hookSrv.Serve(o.hookLn)) }()
 	go func() { errc <- fmt.Errorf("discovery server: %w", o.discSrv.Serve(o.discLn)) }()
+	if o.echoSrv != nil {
+		log.Info("echo listening", "addr", o.EchoAddr())
+		go func() { errc <- fmt.Errorf("echo server: %w", o.echoSrv.Serve(o.echoLn)) }()
+	}
 	waitLoops := startLoops(ctx, errc, background)
 
 	var runErr error
@@ -539,6 +610,9 @@ func (o *Operator) Run(ctx context.Context) error {
 	var stopping sync.WaitGroup
 	stopping.Go(func() { hookErr = o.hookSrv.Shutdown(sctx) })
 	stopping.Go(func() { discErr = o.discSrv.Shutdown(sctx) })
+	if o.echoSrv != nil {
+		stopping.Go(func() { _ = o.echoSrv.Shutdown(sctx) })
+	}
 	stopping.Wait()
 	if hookErr != nil && runErr == nil {
 		runErr = fmt.Errorf("hook server shutdown: %w", hookErr)
