@@ -9,6 +9,7 @@ import (
 
 	"github.com/proxy-operator/proxy-operator/bench/crawlfarm"
 	"github.com/proxy-operator/proxy-operator/client"
+	"github.com/proxy-operator/proxy-operator/fleet"
 )
 
 // Config is one benchmark run: the farm, the fleet, the job and the strategies' knobs.
@@ -23,8 +24,25 @@ type Config struct {
 	// RotatingBase and RotatingCap are the rotating strategy's backoff (scrapy-rotating-proxies
 	// defaults: 300 s and 3600 s).
 	RotatingBase, RotatingCap time.Duration
-	// Strategies to run, in order (default: random, rotating, leases).
+	// Strategies to run, in order (default: random, rotating, leases). "leases-unscored" is
+	// leases with the operator ignoring quality bands (-lease-by-quality=false).
 	Strategies []string
+	// Datacenter and Slow are how many of the proxies every site treats as a datacenter's
+	// (403 always) or answers SlowDelay late (probes too); SlowProbe is the operator's
+	// -score-slow-probe.
+	Datacenter, Slow     int
+	SlowDelay, SlowProbe time.Duration
+}
+
+// Degraded is the `make bench-crawl-score` run: Default's farm where a quarter of the
+// proxies are datacenter addresses and another quarter slow, 8 workers (fewer than the
+// proxies, so the lease choice matters), leases with and without the quality score.
+func Degraded() Config {
+	c := Default()
+	c.Workers, c.Datacenter, c.Slow = 8, 4, 4
+	c.SlowDelay, c.SlowProbe = time.Second, 300*time.Millisecond
+	c.Strategies = []string{"leases-unscored", "leases"}
+	return c
 }
 
 // Default is the `make bench-crawl` run: 8 sites, 6 strict; 16 proxies; 16 workers; 4,000 URLs;
@@ -77,18 +95,26 @@ func Run(ctx context.Context, cfg Config, progress func(string)) ([]Row, error) 
 const token = "bench-crawler-token"
 
 func runOne(ctx context.Context, cfg Config, name string, progress func(string)) (Row, error) {
-	progress(fmt.Sprintf("%s: starting the operator with %d mock proxies", name, cfg.Proxies))
-	op, err := StartOperator(ctx, OperatorConfig{Proxies: cfg.Proxies, MaxLeases: cfg.Workers * cfg.Sites, Token: token,
-		RateLimitedCooldown: cfg.RateLimitedCooldown, BannedCooldown: cfg.BannedCooldown, MaxCooldown: cfg.MaxCooldown})
-	if err != nil {
-		return Row{}, err
-	}
-	defer op.Close()
 	farm, err := crawlfarm.Start(crawlfarm.MostlyStrict(cfg.Sites, cfg.Strict))
 	if err != nil {
 		return Row{}, err
 	}
 	defer farm.Close()
+	progress(fmt.Sprintf("%s: starting the operator with %d mock proxies", name, cfg.Proxies))
+	op, err := StartOperator(ctx, OperatorConfig{Proxies: cfg.Proxies, MaxLeases: cfg.Workers * cfg.Sites, Token: token,
+		RateLimitedCooldown: cfg.RateLimitedCooldown, BannedCooldown: cfg.BannedCooldown, MaxCooldown: cfg.MaxCooldown,
+		IgnoreBand: name == "leases-unscored", SlowProbe: cfg.SlowProbe,
+		ProbeDelay: func(ip string) time.Duration { _, d := farm.Treated(ip); return d }})
+	if err != nil {
+		return Row{}, err
+	}
+	defer op.Close()
+	if cfg.Datacenter > 0 || cfg.Slow > 0 {
+		t := degrade(op.View.List(), cfg.Datacenter, cfg.Slow)
+		t.SlowDelay = cfg.SlowDelay
+		farm.Treat(t)
+		progress(fmt.Sprintf("%s: sites treat %v as datacenter addresses and answer %v %s late", name, t.Datacenter, t.Slow, cfg.SlowDelay))
+	}
 	c, err := client.New(op.DiscoveryURL, client.WithToken(op.Token), client.WithRetry(1, time.Second))
 	if err != nil {
 		return Row{}, err
@@ -108,8 +134,8 @@ func runOne(ctx context.Context, cfg Config, name string, progress func(string))
 		s = &random{pool: pool{c: c, selector: sel, auth: auth}}
 	case "rotating":
 		s = &rotating{pool: pool{c: c, selector: sel, auth: auth}, base: cfg.RotatingBase, cap: cfg.RotatingCap, state: map[string]*rotState{}}
-	case "leases":
-		s = &leases{c: c, selector: sel, sites: farm.Hosts(), ttl: time.Minute, held: map[[2]int]*heldLease{}, wait: map[[2]int]time.Duration{}}
+	case "leases", "leases-unscored":
+		s = &leases{label: name, c: c, selector: sel, sites: farm.Hosts(), ttl: time.Minute, held: map[[2]int]*heldLease{}, wait: map[[2]int]time.Duration{}}
 	default:
 		return Row{}, fmt.Errorf("crawl: unknown strategy %q", name)
 	}
@@ -130,6 +156,22 @@ func runOne(ctx context.Context, cfg Config, name string, progress func(string))
 		}
 	}
 	return Row{Result: res, Farm: st, Unbanned: len(proxyIPs) - banned, Proxies: len(proxyIPs)}, nil
+}
+
+// degrade picks the proxies the farm mistreats: every other one in key order, alternately
+// datacenter and slow, until each count is reached, so neither kind bunches in one place of
+// the list (least-loaded ties break by key).
+func degrade(ps []fleet.Proxy, datacenter, slow int) crawlfarm.Treatment {
+	var t crawlfarm.Treatment
+	for i, p := range ps {
+		switch {
+		case i%4 == 1 && len(t.Datacenter) < datacenter:
+			t.Datacenter = append(t.Datacenter, p.IP)
+		case i%4 == 3 && len(t.Slow) < slow:
+			t.Slow = append(t.Slow, p.IP)
+		}
+	}
+	return t
 }
 
 // Table renders the rows as a Markdown table.

@@ -423,6 +423,7 @@ func (r *rotating) finish(context.Context, int) {}
 // the site as target, kept alive while used; a 429 or 403 is reported with the site's
 // Retry-After and the lease released, and the next request for that site leases again.
 type leases struct {
+	label    string
 	c        *client.Client
 	selector map[string]string
 	sites    []string
@@ -446,7 +447,7 @@ const (
 	maxNoMatchWait = 2 * time.Second
 )
 
-func (l *leases) name() string                { return "leases" }
+func (l *leases) name() string                { return l.label }
 func (l *leases) start(context.Context) error { return nil }
 
 func (l *leases) get(worker, site int) *heldLease {

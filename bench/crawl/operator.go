@@ -29,6 +29,13 @@ type OperatorConfig struct {
 	Token string
 	// Cooldowns as -lease-cooldown, -lease-ban-cooldown, -lease-max-cooldown (zero: defaults).
 	RateLimitedCooldown, BannedCooldown, MaxCooldown time.Duration
+	// IgnoreBand is -lease-by-quality=false: leases ignore the quality band.
+	IgnoreBand bool
+	// SlowProbe is -score-slow-probe (zero: its default).
+	SlowProbe time.Duration
+	// ProbeDelay, when set, delays the probe target's answer to a proxy by what it returns
+	// for the proxy's address (a farm's slow treatment applies to probes too).
+	ProbeDelay func(ip string) time.Duration
 }
 
 // Operator is a running operator with its fleet Ready and healthy.
@@ -57,13 +64,25 @@ func StartOperator(ctx context.Context, cfg OperatorConfig) (*Operator, error) {
 		HookAddr: "127.0.0.1:0", DiscoveryAddr: "127.0.0.1:0", Providers: &pcfg,
 		DiscoveryToken: cfg.Token, ShutdownGrace: 5 * time.Second,
 		LeaseCooldown: cfg.RateLimitedCooldown, LeaseBanCooldown: cfg.BannedCooldown, LeaseMaxCooldown: cfg.MaxCooldown,
+		LeaseIgnoreBand: cfg.IgnoreBand, ScoreSlowProbe: cfg.SlowProbe,
 	})
 	if err != nil {
 		return nil, err
 	}
 	// The probe target: what every proxy fetches through itself to prove it works.
-	probe := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }),
-		ReadHeaderTimeout: 5 * time.Second}
+	probe := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if cfg.ProbeDelay != nil {
+			ip, _, _ := net.SplitHostPort(r.RemoteAddr)
+			if d := cfg.ProbeDelay(ip); d > 0 {
+				select {
+				case <-time.After(d):
+				case <-r.Context().Done():
+					return
+				}
+			}
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}), ReadHeaderTimeout: 5 * time.Second}
 	probeLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
