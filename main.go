@@ -1,5 +1,5 @@
 // Command proxy-operator is the Metacontroller webhook operator for HTTP egress proxies. This
-// file only turns flags into an operator.Config, dispatches subcommands and stops on a
+// file only turns flags into a server.Config, dispatches subcommands and stops on a
 // signal; the wiring lives in package operator.
 package main
 
@@ -22,11 +22,11 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/proxy-operator/proxy-operator/health"
-	"github.com/proxy-operator/proxy-operator/healthmark"
-	"github.com/proxy-operator/proxy-operator/kube"
-	"github.com/proxy-operator/proxy-operator/netpolicy"
-	"github.com/proxy-operator/proxy-operator/operator"
-	"github.com/proxy-operator/proxy-operator/replay"
+	"github.com/proxy-operator/proxy-operator/health/mark"
+	"github.com/proxy-operator/proxy-operator/internal/kube"
+	"github.com/proxy-operator/proxy-operator/internal/netpolicy"
+	"github.com/proxy-operator/proxy-operator/server"
+	"github.com/proxy-operator/proxy-operator/server/replay"
 )
 
 // description is the one line -h starts with.
@@ -61,7 +61,7 @@ func usage(w io.Writer, fs *flag.FlagSet) {
 
 // options is what the flags say: the operator's Config and how to log.
 type options struct {
-	operator  operator.Config
+	operator  server.Config
 	logLevel  slog.Level
 	logFormat string
 }
@@ -70,7 +70,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("proxy-operator", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { usage(fs.Output(), fs) }
-	d := operator.Defaults()
+	d := server.Defaults()
 	var o options
 	c := &o.operator
 	var level string
@@ -109,7 +109,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig of the API server to use outside a cluster (default: KUBECONFIG, then the in-cluster service account; none: run without a Kubernetes client)")
 	fs.Float64Var(&c.KubeQPS, "kube-api-qps", kube.DefaultQPS, "requests per second the operator's Kubernetes client may make (GC lists, health annotations, events)")
 	fs.IntVar(&c.KubeBurst, "kube-api-burst", kube.DefaultBurst, "burst of the operator's Kubernetes client")
-	fs.Float64Var(&c.HealthMarkQPS, "health-mark-qps", healthmark.DefaultQPS, "health annotation patches per second (each makes Metacontroller sync that Proxy at once)")
+	fs.Float64Var(&c.HealthMarkQPS, "health-mark-qps", mark.DefaultQPS, "health annotation patches per second (each makes Metacontroller sync that Proxy at once)")
 	fs.StringVar(&c.LeaseStore, "lease-store", "", leaseStoreUsage+"; empty: in memory")
 	fs.StringVar(&c.LeaseStorePasswordFile, "lease-store-password-file", "", leaseStorePasswordUsage)
 	fs.StringVar(&c.EchoAddr, "echo-addr", "", "listen address of the exit echo (answers each caller's address; empty: none)")
@@ -156,7 +156,7 @@ const (
 func runDiscovery(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs := flag.NewFlagSet("proxy-operator discovery", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	c := operator.DiscoveryDefaults()
+	c := server.DiscoveryDefaults()
 	var level, format string
 	fs.StringVar(&c.DiscoveryAddr, "discovery-addr", c.DiscoveryAddr, "listen address of the discovery and lease API")
 	fs.StringVar(&c.DiscoveryTokenFile, "discovery-token-file", "", "file of discovery API tokens: one per line, or scoped YAML (wins over DISCOVERY_TOKEN); without a token it does not start")
@@ -189,7 +189,7 @@ func runDiscovery(ctx context.Context, args []string, _, stderr io.Writer) error
 	c.DiscoveryToken = os.Getenv("DISCOVERY_TOKEN")
 	c.Log = newLogger(o, stderr)
 	redis.SetLogger(redisLog{c.Log.With("component", "redis-client")})
-	d, err := operator.NewDiscovery(c)
+	d, err := server.NewDiscovery(c)
 	if err != nil {
 		return err
 	}
@@ -305,7 +305,7 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	o.operator.Log = newLogger(o, stderr)
 	redis.SetLogger(redisLog{o.operator.Log.With("component", "redis-client")})
-	op, err := operator.New(o.operator)
+	op, err := server.New(o.operator)
 	if err != nil {
 		return err
 	}

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proxy-operator/proxy-operator/operator"
-	"github.com/proxy-operator/proxy-operator/replay"
+	"github.com/proxy-operator/proxy-operator/server"
+	"github.com/proxy-operator/proxy-operator/server/replay"
 )
 
 // TestReplaySubcommand: "replay" dispatches to the replay command, whatever flags follow.
@@ -31,7 +31,7 @@ func TestReplaySubcommand(t *testing.T) {
 	}
 }
 
-// boot parses args as the command line would, builds the operator through operator.New and
+// boot parses args as the command line would, builds the operator through server.New and
 // runs it until the test ends. It returns the bound hook and discovery addresses.
 func boot(t *testing.T, args ...string) (hook, disc string, stop func()) {
 	t.Helper()
@@ -40,7 +40,7 @@ func boot(t *testing.T, args ...string) (hook, disc string, stop func()) {
 		t.Fatal(err)
 	}
 	o.operator.Log = slog.New(slog.DiscardHandler)
-	op, err := operator.New(o.operator)
+	op, err := server.New(o.operator)
 	if err != nil {
 		t.Fatal(err)
 	}

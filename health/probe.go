@@ -19,7 +19,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/proxy-operator/proxy-operator/netpolicy"
+	"github.com/proxy-operator/proxy-operator/internal/netpolicy"
 	"github.com/proxy-operator/proxy-operator/providers"
 )
 

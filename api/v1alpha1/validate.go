@@ -7,8 +7,6 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
-
-	"github.com/proxy-operator/proxy-operator/netpolicy"
 )
 
 // The CRD's patterns for a Secret reference, repeated for bodies that skipped the API server.
@@ -44,7 +42,7 @@ func (s *ProxySpec) Validate() error {
 		} else {
 			if strings.TrimSpace(s.Endpoint.Host) == "" {
 				bad("endpoint.host", "required")
-			} else if err := netpolicy.ValidHost(s.Endpoint.Host); err != nil {
+			} else if err := ValidHost(s.Endpoint.Host); err != nil {
 				bad("endpoint.host", "%q is not an IP address or a DNS name", s.Endpoint.Host)
 			}
 			if s.Endpoint.Port < 1 || s.Endpoint.Port > 65535 {
@@ -144,4 +142,30 @@ func ParsePrefix(s string) (netip.Prefix, error) {
 	}
 	a = a.Unmap()
 	return netip.PrefixFrom(a, a.BitLen()), nil
+}
+
+// ErrInvalidHost is returned for a host that is neither an IP address nor a DNS name.
+var ErrInvalidHost = errors.New("invalid host")
+
+// ValidHost reports whether host is an IP address or a DNS name (RFC 1123 labels), the only
+// things a proxy endpoint may name. It says nothing about whether the policy allows it.
+func ValidHost(host string) error {
+	if _, err := netip.ParseAddr(host); err == nil {
+		return nil
+	}
+	h := strings.TrimSuffix(host, ".")
+	if h == "" || len(h) > 253 {
+		return fmt.Errorf("%w %q: want an IP address or a DNS name of 1 to 253 characters", ErrInvalidHost, host)
+	}
+	for label := range strings.SplitSeq(h, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return fmt.Errorf("%w %q: want an IP address or a DNS name (labels of 1 to 63 letters, digits and inner '-')", ErrInvalidHost, host)
+		}
+		for _, c := range label {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+				return fmt.Errorf("%w %q: want an IP address or a DNS name (labels of 1 to 63 letters, digits and inner '-')", ErrInvalidHost, host)
+			}
+		}
+	}
+	return nil
 }

@@ -15,9 +15,9 @@ import (
 	"time"
 
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
-	"github.com/proxy-operator/proxy-operator/membudget"
-	"github.com/proxy-operator/proxy-operator/netpolicy"
+	"github.com/proxy-operator/proxy-operator/internal/netpolicy"
 	"github.com/proxy-operator/proxy-operator/providers"
+	"github.com/proxy-operator/proxy-operator/server/hooks/membudget"
 )
 
 // syncBody is a sync request for a Managed mock Proxy with the given status.

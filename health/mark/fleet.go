@@ -1,0 +1,42 @@
+package mark
+
+import (
+	"github.com/proxy-operator/proxy-operator/internal/fleet"
+	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+)
+
+// HealthSource is the prober's live verdict by namespace/name.
+type HealthSource interface {
+	Health(key string) lifecycle.Health
+}
+
+// FleetBehind is the Behind of a Marker in the operator: a Proxy is behind when the prober's
+// verdict (Healthy or Unhealthy, its exit, its quality band) differs from what its status last recorded, as the
+// fleet view holds it from the latest sync answer. A Proxy being deleted, unknown to the view,
+// or without a verdict yet is never behind.
+func FleetBehind(view *fleet.View, health HealthSource) func(key string) (string, bool) {
+	return func(key string) (string, bool) {
+		p, ok := view.Get(key)
+		if !ok || p.Deleting {
+			return "", false
+		}
+		h := health.Health(key)
+		live := h.State
+		if live != lifecycle.HealthHealthy && live != lifecycle.HealthUnhealthy {
+			return "", false
+		}
+		// An exit or a quality band the status does not show yet is a transition too; the
+		// mark names the state (and the band and exit when they are what moved), so the patch
+		// differs from the last one.
+		rec := p.Recorded
+		mark := string(live)
+		behind := live != rec.State
+		if h.Exit.IP != "" && h.Exit != rec.Exit {
+			mark, behind = mark+",exit="+h.Exit.IP, true
+		}
+		if h.Band != "" && h.Band != rec.Band {
+			mark, behind = mark+",band="+string(h.Band), true
+		}
+		return mark, behind
+	}
+}
