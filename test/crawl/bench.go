@@ -113,7 +113,12 @@ func runOne(ctx context.Context, cfg Config, name string, progress func(string))
 		t := degrade(op.View.List(), cfg.Datacenter, cfg.Slow)
 		t.SlowDelay = cfg.SlowDelay
 		farm.Treat(t)
-		progress(fmt.Sprintf("%s: sites treat %v as datacenter addresses and answer %v %s late", name, t.Datacenter, t.Slow, cfg.SlowDelay))
+		progress(fmt.Sprintf("%s: sites treat %v as datacenter addresses and answer %v %s late; waiting until probes grade the slow ones", name, t.Datacenter, t.Slow, cfg.SlowDelay))
+		// Only probes can tell a slow proxy before any crawl; datacenter addresses are learnt
+		// from crawlers' reports, during the crawl.
+		if err := op.WaitGraded(ctx, t.Slow); err != nil {
+			return Row{}, err
+		}
 	}
 	c, err := client.New(op.DiscoveryURL, client.WithToken(op.Token), client.WithRetry(1, time.Second))
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -43,6 +44,7 @@ type Operator struct {
 	DiscoveryURL string
 	Token        string
 	View         *fleet.View
+	health       interface{ Health(string) lifecycle.Health }
 	cancel       context.CancelFunc
 	done         chan error
 }
@@ -51,6 +53,32 @@ type Operator struct {
 func (o *Operator) Close() {
 	o.cancel()
 	<-o.done
+}
+
+// WaitGraded waits until every proxy at one of ips has a quality band below Good: the
+// operator has seen what the farm does to them. The score is kept whether or not leases
+// prefer bands, so runs with and without the preference start from the same knowledge.
+func (o *Operator) WaitGraded(ctx context.Context, ips []string) error {
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		left := 0
+		for _, p := range o.View.List() {
+			if slices.Contains(ips, p.IP) && o.health.Health(p.Key).Band == v1.BandGood {
+				left++
+			}
+		}
+		if left == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d degraded proxies still graded Good after 2 minutes", left, len(ips))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // StartOperator runs the real operator in-process (server.New and Run, as main does, with
@@ -95,7 +123,7 @@ func StartOperator(ctx context.Context, cfg OperatorConfig) (*Operator, error) {
 		_ = probe.Close()
 		done <- err
 	}()
-	o := &Operator{DiscoveryURL: "http://" + op.DiscoveryAddr(), Token: cfg.Token, View: op.Fleet(), cancel: cancel, done: done}
+	o := &Operator{DiscoveryURL: "http://" + op.DiscoveryAddr(), Token: cfg.Token, View: op.Fleet(), health: op.Health(), cancel: cancel, done: done}
 	if err := playMetacontroller(ctx, "http://"+op.HookAddr(), "http://"+probeLn.Addr().String()+"/generate_204", cfg, op.Health()); err != nil {
 		o.Close()
 		return nil, err
