@@ -32,6 +32,9 @@ type Config struct {
 	// -score-slow-probe.
 	Datacenter, Slow     int
 	SlowDelay, SlowProbe time.Duration
+	// PagesPerLease, when positive, makes the lease strategies release a lease after that
+	// many pages and take a fresh one (0: hold it until a 429 or 403).
+	PagesPerLease int
 }
 
 // Degraded is the `make bench-crawl-score` run: Default's farm where a quarter of the
@@ -41,6 +44,10 @@ func Degraded() Config {
 	c := Default()
 	c.Workers, c.Datacenter, c.Slow = 8, 4, 4
 	c.SlowDelay, c.SlowProbe = time.Second, 300*time.Millisecond
+	// A lease held until a 429 would keep whatever proxy the first choice gave for the whole
+	// run, so the choice would be made once; taking a fresh lease every 10 pages makes it
+	// matter, as it does for a crawler that leases per batch.
+	c.PagesPerLease = 10
 	c.Strategies = []string{"leases-unscored", "leases"}
 	return c
 }
@@ -140,7 +147,7 @@ func runOne(ctx context.Context, cfg Config, name string, progress func(string))
 	case "rotating":
 		s = &rotating{pool: pool{c: c, selector: sel, auth: auth}, base: cfg.RotatingBase, cap: cfg.RotatingCap, state: map[string]*rotState{}}
 	case "leases", "leases-unscored":
-		s = &leases{label: name, c: c, selector: sel, sites: farm.Hosts(), ttl: time.Minute, held: map[[2]int]*heldLease{}, wait: map[[2]int]time.Duration{}}
+		s = &leases{label: name, pagesPerLease: cfg.PagesPerLease, c: c, selector: sel, sites: farm.Hosts(), ttl: time.Minute, held: map[[2]int]*heldLease{}, wait: map[[2]int]time.Duration{}}
 	default:
 		return Row{}, fmt.Errorf("crawl: unknown strategy %q", name)
 	}

@@ -434,12 +434,16 @@ type leases struct {
 	held             map[[2]int]*heldLease
 	// backoff per worker and site after a no-match, doubled up to maxNoMatchWait.
 	wait map[[2]int]time.Duration
+	// pagesPerLease, when positive, releases a lease after that many pages, as a crawler
+	// that takes a fresh lease per batch does (0: held until a 429 or 403).
+	pagesPerLease int
 }
 
 type heldLease struct {
-	l   *client.Lease
-	ka  *client.KeepAlive
-	url *url.URL
+	pages int // answered 200 through it
+	l     *client.Lease
+	ka    *client.KeepAlive
+	url   *url.URL
 }
 
 const (
@@ -490,15 +494,33 @@ func (l *leases) pick(ctx context.Context, worker, site int) (*url.URL, time.Dur
 
 func (l *leases) answered(ctx context.Context, worker, site int, _ *url.URL, code int, retryAfter time.Duration) {
 	var result client.Result
+	k := [2]int{worker, site}
 	switch code {
 	case http.StatusTooManyRequests:
 		result = client.ResultRateLimited
 	case http.StatusForbidden:
 		result = client.ResultBanned
+	case http.StatusOK:
+		if l.pagesPerLease <= 0 {
+			return
+		}
+		l.mu.Lock()
+		h := l.held[k]
+		done := h != nil && h.pages+1 >= l.pagesPerLease
+		if h != nil {
+			h.pages++
+		}
+		if done {
+			delete(l.held, k)
+		}
+		l.mu.Unlock()
+		if done {
+			_ = h.ka.Release(context.WithoutCancel(ctx))
+		}
+		return
 	default:
 		return
 	}
-	k := [2]int{worker, site}
 	l.mu.Lock()
 	h := l.held[k]
 	delete(l.held, k)

@@ -40,6 +40,7 @@ func main() {
 	flag.IntVar(&cfg.Datacenter, "datacenter", cfg.Datacenter, "proxies every site refuses as datacenter addresses (403 always)")
 	flag.IntVar(&cfg.Slow, "slow", cfg.Slow, "proxies every site (and the probe target) answers -slow-delay late")
 	flag.DurationVar(&cfg.SlowDelay, "slow-delay", cfg.SlowDelay, "delay of answers to slow proxies")
+	flag.IntVar(&cfg.PagesPerLease, "pages-per-lease", cfg.PagesPerLease, "lease strategies take a fresh lease after this many pages (0: hold it until a 429 or 403)")
 	flag.DurationVar(&cfg.SlowProbe, "slow-probe", cfg.SlowProbe, "operator -score-slow-probe (0: its default)")
 	strategies := flag.String("strategies", cmp.Or(strings.Join(cfg.Strategies, ","), "random,rotating,leases"), "strategies to run, comma-separated (random, rotating, leases, leases-unscored)")
 	verbose := flag.Bool("v", false, "print the farm's counters per site for each strategy")
