@@ -90,7 +90,7 @@ bench-crawl:
 	$(GO) run ./test/crawl/cmd/crawlbench $(CRAWL_ARGS)
 
 # bench-crawl-score: the same job on a farm where every site refuses 4 of the 16 proxies as
-# datacenter addresses and answers 4 others 1 s late (their probes too); 8 workers; leases
+# datacenter addresses and answers 4 others 1 s late (their probes too); 6 workers, a fresh lease every 5 pages; leases
 # with the quality score (the default) and without it (-lease-by-quality=false). About 4 minutes.
 ## bench-crawl-score: leases with and without the quality score on a farm with datacenter and slow proxies (about 4 minutes)
 bench-crawl-score:

@@ -27,7 +27,8 @@ const (
 
 // weigh is the value (1 good, 0 bad) and the weight of each outcome. Crawler reports weigh
 // more than probes: they are what the target thinks of the proxy, which is the point. A ban
-// weighs twice a success, so a proxy that half the sites ban ends up Poor.
+// weighs three successes: a proxy banned on five sites in a row is burnt whatever its probes
+// say, and one that half the sites ban ends up Poor.
 func (o Outcome) weigh() (value, weight float64) {
 	switch o {
 	case OutcomeProbeOK:
@@ -41,7 +42,7 @@ func (o Outcome) weigh() (value, weight float64) {
 	case OutcomeRateLimited:
 		return 0, 1
 	case OutcomeBanned:
-		return 0, 2
+		return 0, 3
 	}
 	return 0, 0
 }

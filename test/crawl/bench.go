@@ -35,19 +35,22 @@ type Config struct {
 	// PagesPerLease, when positive, makes the lease strategies release a lease after that
 	// many pages and take a fresh one (0: hold it until a 429 or 403).
 	PagesPerLease int
+	// Namespace of the fleet's Proxies (default "crawl"; see OperatorConfig.Namespace).
+	Namespace string
 }
 
 // Degraded is the `make bench-crawl-score` run: Default's farm where a quarter of the
-// proxies are datacenter addresses and another quarter slow, 8 workers (fewer than the
-// proxies, so the lease choice matters), leases with and without the quality score.
+// proxies are datacenter addresses and another quarter slow, 6 workers (fewer than the 8
+// sound proxies, so the lease choice matters), leases with and without the quality score.
 func Degraded() Config {
 	c := Default()
-	c.Workers, c.Datacenter, c.Slow = 8, 4, 4
+	c.Workers, c.Datacenter, c.Slow = 6, 4, 4
 	c.SlowDelay, c.SlowProbe = time.Second, 300*time.Millisecond
 	// A lease held until a 429 would keep whatever proxy the first choice gave for the whole
-	// run, so the choice would be made once; taking a fresh lease every 10 pages makes it
+	// run, so the choice would be made once; taking a fresh lease every 5 pages makes it
 	// matter, as it does for a crawler that leases per batch.
-	c.PagesPerLease = 10
+	c.PagesPerLease = 5
+	c.Namespace = "crawl-degraded"
 	c.Strategies = []string{"leases-unscored", "leases"}
 	return c
 }
@@ -110,7 +113,7 @@ func runOne(ctx context.Context, cfg Config, name string, progress func(string))
 	progress(fmt.Sprintf("%s: starting the operator with %d mock proxies", name, cfg.Proxies))
 	op, err := StartOperator(ctx, OperatorConfig{Proxies: cfg.Proxies, MaxLeases: cfg.Workers * cfg.Sites, Token: token,
 		RateLimitedCooldown: cfg.RateLimitedCooldown, BannedCooldown: cfg.BannedCooldown, MaxCooldown: cfg.MaxCooldown,
-		IgnoreBand: name == "leases-unscored", SlowProbe: cfg.SlowProbe,
+		Namespace: cfg.Namespace, IgnoreBand: name == "leases-unscored", SlowProbe: cfg.SlowProbe,
 		ProbeDelay: func(ip string) time.Duration { _, d := farm.Treated(ip); return d }})
 	if err != nil {
 		return Row{}, err

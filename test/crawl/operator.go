@@ -1,6 +1,7 @@
 package crawl
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net"
@@ -30,6 +31,9 @@ type OperatorConfig struct {
 	Token string
 	// Cooldowns as -lease-cooldown, -lease-ban-cooldown, -lease-max-cooldown (zero: defaults).
 	RateLimitedCooldown, BannedCooldown, MaxCooldown time.Duration
+	// Namespace of the Proxies (default "crawl"). A mock proxy's address derives from its
+	// name, so two benchmarks on one machine at once need different namespaces.
+	Namespace string
 	// IgnoreBand is -lease-by-quality=false: leases ignore the quality band.
 	IgnoreBand bool
 	// SlowProbe is -score-slow-probe (zero: its default).
@@ -139,9 +143,10 @@ func playMetacontroller(ctx context.Context, hookURL, probeURL string, cfg Opera
 }) error {
 	d := &driver.Driver{URL: hookURL, Clock: driver.NewClock(time.Now()), ResyncPeriod: 120 * time.Second}
 	maxLeases := int32(cfg.MaxLeases)
+	ns := cmp.Or(cfg.Namespace, "crawl")
 	for i := range cfg.Proxies {
 		p := &v1.Proxy{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("px-%02d", i), Namespace: "crawl"},
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("px-%02d", i), Namespace: ns},
 			Spec: v1.ProxySpec{Mode: v1.ModeManaged, Provider: "mock", Attributes: map[string]string{"pool": "crawl"}, MaxLeases: &maxLeases,
 				HealthCheck: &v1.HealthCheckSpec{ProbeURL: probeURL, IntervalSeconds: 2, TimeoutSeconds: 2, FailureThreshold: 3, SuccessThreshold: 1}},
 		}
@@ -157,7 +162,7 @@ func playMetacontroller(ctx context.Context, hookURL, probeURL string, cfg Opera
 		}
 		ready := 0
 		for i := range cfg.Proxies {
-			key := fmt.Sprintf("crawl/px-%02d", i)
+			key := fmt.Sprintf("%s/px-%02d", ns, i)
 			if st, _ := d.Status(key); st.Phase == v1.PhaseReady && h.Health(key).State == lifecycle.HealthHealthy {
 				ready++
 			}
