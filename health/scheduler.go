@@ -176,7 +176,7 @@ func (s *Scheduler) unpublish(key string) {
 // Report folds an outcome a crawler (or the gateway) saw through the proxy into its quality
 // score at time at. A proxy the prober does not know is ignored. Safe for concurrent use.
 func (s *Scheduler) Report(key string, o Outcome, at time.Time) {
-	if h, changed := s.grade(key, o, at); changed {
+	if h, changed := s.grade(key, o, at, 1); changed {
 		s.log.Info("proxy quality band changed", "proxy", key, "band", string(h.Band))
 		if s.onTransition != nil {
 			s.onTransition(key, h)
@@ -184,8 +184,9 @@ func (s *Scheduler) Report(key string, o Outcome, at time.Time) {
 	}
 }
 
-// grade adds an outcome to key's score; when the band moves, the published verdict takes it.
-func (s *Scheduler) grade(key string, o Outcome, at time.Time) (lifecycle.Health, bool) {
+// grade adds an outcome (its weight times scale) to key's score; when the band moves, the
+// published verdict takes it.
+func (s *Scheduler) grade(key string, o Outcome, at time.Time, scale float64) (lifecycle.Health, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	h, ok := s.published[key]
@@ -193,7 +194,7 @@ func (s *Scheduler) grade(key string, o Outcome, at time.Time) (lifecycle.Health
 	if !ok || sc == nil {
 		return h, false
 	}
-	changed := sc.add(o, at, s.halfLife)
+	changed := sc.add(o, at, s.halfLife, scale)
 	s.metrics.score.WithLabelValues(key).Set(sc.value())
 	if changed {
 		h.Band = sc.band
@@ -465,7 +466,7 @@ func (l *loop) finish(d done) {
 		s.metrics.exitChecks.WithLabelValues("failed").Inc()
 		s.log.Debug("exit check failed", "proxy", e.key, "err", d.res.ExitErr)
 	}
-	_, bandChanged := s.grade(e.key, s.probeOutcome(d.res), d.start)
+	_, bandChanged := s.grade(e.key, s.probeOutcome(d.res), d.start, probeScale(e.interval))
 	if changed || exitChanged || prev.LatencyMillis != e.verdict.health.LatencyMillis {
 		s.publish(e.key, e.verdict.health)
 	}

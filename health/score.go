@@ -59,7 +59,17 @@ const (
 	priorValue  = 0.75
 	// seedWeight is how much a band recorded in status counts for after a restart.
 	seedWeight = 4.0
+	// probeEvidence is the probe interval at which a probe counts its full weight: probes are
+	// evidence per unit of time, so a fleet probed every 2 s does not drown crawlers' reports
+	// fifteen times more than one probed every 30 s.
+	probeEvidence = 30 * time.Second
+	minProbeScale = 0.02
 )
+
+// probeScale is the factor on a probe's weight for a proxy probed every interval.
+func probeScale(interval time.Duration) float64 {
+	return min(max(float64(interval)/float64(probeEvidence), minProbeScale), 1)
+}
 
 // Band thresholds, with a margin either side (hysteresis) so a score hovering on a line does
 // not rewrite status on every outcome.
@@ -96,9 +106,10 @@ func newScore(recorded v1.QualityBand) *score {
 	return s
 }
 
-// add folds an outcome in and reports whether the band changed.
-func (s *score) add(o Outcome, at time.Time, halfLife time.Duration) bool {
+// add folds an outcome in, its weight times scale, and reports whether the band changed.
+func (s *score) add(o Outcome, at time.Time, halfLife time.Duration, scale float64) bool {
 	value, weight := o.weigh()
+	weight *= scale
 	if !s.at.IsZero() && at.After(s.at) && halfLife > 0 {
 		f := math.Exp2(-float64(at.Sub(s.at)) / float64(halfLife))
 		s.good *= f
