@@ -35,12 +35,12 @@ func TestReplaySubcommand(t *testing.T) {
 // runs it until the test ends. It returns the bound hook and discovery addresses.
 func boot(t *testing.T, args ...string) (hook, disc string, stop func()) {
 	t.Helper()
-	o, err := parseFlags(args, io.Discard)
+	c, err := parseFlags(args, io.Discard, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	o.operator.Log = slog.New(slog.DiscardHandler)
-	op, err := server.New(o.operator)
+	c.Log = slog.New(slog.DiscardHandler)
+	op, err := server.New(c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +170,7 @@ func TestHelpAndMistypes(t *testing.T) {
 		t.Errorf("mistyped subcommand: exit %d, %q", code, errOut.String())
 	}
 	err = dispatch(context.Background(), []string{"-log-level", "info", "replay"}, io.Discard, io.Discard)
-	if err == nil || !strings.Contains(err.Error(), "subcommands come first") {
+	if err == nil || !strings.Contains(err.Error(), "a subcommand comes first") {
 		t.Errorf("subcommand after flags: %v, want a hint that subcommands come first", err)
 	}
 	err = dispatch(context.Background(), []string{"frobnicate"}, io.Discard, io.Discard)

@@ -15,40 +15,30 @@ import (
 )
 
 // DiscoveryConfig configures a discovery-only process (`proxy-operator discovery`): the
-// crawlers' API served from a shared lease store that an operator fills, nothing else. The
-// lease flags must match the operator's: the cooldown policy travels with each report.
+// crawlers' API served from a shared lease store that an operator fills, nothing else. Its
+// Discovery and Lease are the operator's own structs: the lease policy must match the
+// operator's, since the cooldown policy travels with each report.
 type DiscoveryConfig struct {
-	DiscoveryAddr string
-	// DiscoveryToken is the bearer token (DISCOVERY_TOKEN); DiscoveryTokenFile wins over it.
-	DiscoveryToken     string
-	DiscoveryTokenFile string
-	// DiscoveryInsecure serves without a token (see Config.DiscoveryInsecure).
-	DiscoveryInsecure bool
-	// LeaseStore is the Redis URL (required); LeaseStorePasswordFile holds its password.
-	LeaseStore             string
-	LeaseStorePasswordFile string
-	LeaseMaxTTL            time.Duration
-	LeaseCooldown          time.Duration
-	LeaseBanCooldown       time.Duration
-	LeaseMaxCooldown       time.Duration
-	ShutdownGrace          time.Duration
-	Log                    *slog.Logger
+	Discovery DiscoveryAPIConfig
+	// Lease.Store is required (the Redis the operator fills).
+	Lease         LeaseConfig
+	ShutdownGrace time.Duration
+	Log           *slog.Logger
 }
 
 // DiscoveryDefaults returns the defaults the discovery subcommand's flags show.
 func DiscoveryDefaults() DiscoveryConfig {
 	d := Defaults()
-	return DiscoveryConfig{DiscoveryAddr: d.DiscoveryAddr, LeaseMaxTTL: d.LeaseMaxTTL, LeaseCooldown: d.LeaseCooldown,
-		LeaseBanCooldown: d.LeaseBanCooldown, LeaseMaxCooldown: d.LeaseMaxCooldown, ShutdownGrace: d.ShutdownGrace}
+	return DiscoveryConfig{Discovery: d.Discovery, Lease: d.Lease, ShutdownGrace: d.ShutdownGrace}
 }
 
 // Validate says which setting is missing or out of range.
 func (c DiscoveryConfig) Validate() error {
-	if c.LeaseStore == "" {
+	if c.Lease.Store == "" {
 		return errors.New("-lease-store is required: the discovery subcommand serves from a shared store (redis:// or rediss://)")
 	}
-	if c.LeaseMaxTTL <= 0 || c.LeaseCooldown <= 0 || c.LeaseBanCooldown <= 0 || c.LeaseMaxCooldown < c.LeaseBanCooldown || c.LeaseMaxCooldown < c.LeaseCooldown {
-		return fmt.Errorf("-lease-max-ttl and the cooldowns must be positive, -lease-max-cooldown at least each cooldown")
+	if err := c.Lease.Validate(); err != nil {
+		return err
 	}
 	if c.ShutdownGrace <= 0 {
 		return fmt.Errorf("-shutdown-grace must be positive")
@@ -66,12 +56,21 @@ type Discovery struct {
 	ln      net.Listener
 }
 
+// RunDiscovery builds the discovery process from c and serves it until ctx ends.
+func RunDiscovery(ctx context.Context, c DiscoveryConfig) error {
+	d, err := NewDiscovery(c)
+	if err != nil {
+		return err
+	}
+	return d.Run(ctx)
+}
+
 // NewDiscovery builds the store, the reader and the server and binds the listener. Redis need
 // not be reachable yet.
 func NewDiscovery(cfg DiscoveryConfig) (*Discovery, error) {
 	d := DiscoveryDefaults()
-	if cfg.DiscoveryAddr == "" {
-		cfg.DiscoveryAddr = d.DiscoveryAddr
+	if cfg.Discovery.Addr == "" {
+		cfg.Discovery.Addr = d.Discovery.Addr
 	}
 	if cfg.ShutdownGrace == 0 {
 		cfg.ShutdownGrace = d.ShutdownGrace
@@ -83,18 +82,17 @@ func NewDiscovery(cfg DiscoveryConfig) (*Discovery, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	tokens, err := discovery.Tokens(cfg.DiscoveryToken, cfg.DiscoveryTokenFile, cfg.DiscoveryInsecure)
+	tokens, err := discovery.Tokens(cfg.Discovery.Token, cfg.Discovery.TokenFile, cfg.Discovery.Insecure)
 	if err != nil {
 		return nil, err
 	}
-	b, err := newRedisBackend(redisSettings{url: cfg.LeaseStore, passwordFile: cfg.LeaseStorePasswordFile,
-		cooldown: cfg.LeaseCooldown, banCooldown: cfg.LeaseBanCooldown, maxCooldown: cfg.LeaseMaxCooldown}, log)
+	b, err := newRedisBackend(cfg.Lease, log)
 	if err != nil {
 		return nil, err
 	}
-	disc := &discovery.Discovery{Fleet: b.reader, Health: b.reader, Leases: b.store, Tokens: tokens, Insecure: cfg.DiscoveryInsecure,
-		Log: log.With("component", "discovery"), Registerer: prometheus.NewRegistry(), MaxTTL: cfg.LeaseMaxTTL}
-	ln, err := net.Listen("tcp", cfg.DiscoveryAddr)
+	disc := &discovery.Discovery{Fleet: b.reader, Health: b.reader, Leases: b.store, Tokens: tokens, Insecure: cfg.Discovery.Insecure,
+		Log: log.With("component", "discovery"), Registerer: prometheus.NewRegistry(), MaxTTL: cfg.Lease.MaxTTL}
+	ln, err := net.Listen("tcp", cfg.Discovery.Addr)
 	if err != nil {
 		b.close()
 		return nil, fmt.Errorf("discovery listener: %w", err)

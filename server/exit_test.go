@@ -34,8 +34,9 @@ func TestExternalOutsideExpectedExitIsNotLeased(t *testing.T) {
 		}
 		t.Cleanup(stop)
 	}
-	op, err := server.New(server.Config{HookAddr: "127.0.0.1:0", DiscoveryAddr: "127.0.0.1:0", DiscoveryToken: "t0ken",
-		EchoAddr: "127.0.0.1:0", AllowLoopbackProxies: true})
+	op, err := server.New(server.Config{Hooks: server.HooksConfig{Addr: "127.0.0.1:0"},
+		Discovery: server.DiscoveryAPIConfig{Addr: "127.0.0.1:0", Token: "t0ken"},
+		Quality:   server.QualityConfig{EchoAddr: "127.0.0.1:0"}, Egress: server.EgressConfig{AllowLoopback: true}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,8 +52,12 @@ func TestOperatorWithAPIServer(t *testing.T) {
 	})
 
 	zero := mock.Duration(0)
-	op, err := server.New(server.Config{HookAddr: "127.0.0.1:0", DiscoveryAddr: "127.0.0.1:0", DiscoveryInsecure: true, Kubeconfig: kubetest.Kubeconfig(t, rc),
-		Providers: &factory.Config{Providers: []factory.Entry{{Name: "mock", Type: "mock", Mock: &mock.Config{ServeProxies: true, ProvisioningDelay: zero}}}}})
+	op, err := server.New(server.Config{
+		Hooks:     server.HooksConfig{Addr: "127.0.0.1:0"},
+		Discovery: server.DiscoveryAPIConfig{Addr: "127.0.0.1:0", Insecure: true},
+		Kube:      server.KubeConfig{Kubeconfig: kubetest.Kubeconfig(t, rc)},
+		Providers: server.ProvidersConfig{Parsed: &factory.Config{Providers: []factory.Entry{{Name: "mock", Type: "mock", Mock: &mock.Config{ServeProxies: true, ProvisioningDelay: zero}}}}},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,19 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/proxy-operator/proxy-operator/lease"
 	"github.com/proxy-operator/proxy-operator/lease/redisstore"
 )
-
-// redisSettings are the flags that make a Redis lease store.
-type redisSettings struct {
-	url, passwordFile                  string
-	cooldown, banCooldown, maxCooldown time.Duration
-}
 
 // redisBackend is the Redis lease store with the reader discovery serves from and, in the
 // operator, the publisher that fills it.
@@ -27,20 +20,21 @@ type redisBackend struct {
 	pub    *redisstore.Publisher
 }
 
-func newRedisBackend(s redisSettings, log *slog.Logger) (*redisBackend, error) {
-	client, err := redisstore.NewClient(s.url, s.passwordFile)
+func newRedisBackend(s LeaseConfig, log *slog.Logger) (*redisBackend, error) {
+	redis.SetLogger(redisLog{log.With("component", "redis-client")})
+	client, err := redisstore.NewClient(s.Store, s.PasswordFile)
 	if err != nil {
 		return nil, fmt.Errorf("-lease-store: %w", err)
 	}
 	store, err := redisstore.New(redisstore.Config{Client: client,
-		RateLimitedCooldown: s.cooldown, BannedCooldown: s.banCooldown, MaxCooldown: s.maxCooldown,
+		RateLimitedCooldown: s.Cooldown, BannedCooldown: s.BanCooldown, MaxCooldown: s.MaxCooldown,
 		Log: log.With("component", "lease-store")})
 	if err != nil {
 		client.Close()
 		return nil, err
 	}
 	// The URL without its password: never log the password.
-	log.Info("lease store: redis", "url", redisstore.Redact(s.url), "passwordFile", s.passwordFile)
+	log.Info("lease store: redis", "url", redisstore.Redact(s.Store), "passwordFile", s.PasswordFile)
 	b := &redisBackend{client: client, store: store,
 		reader: redisstore.NewReader(redisstore.ReaderConfig{Store: store, Log: log.With("component", "lease-store")})}
 	// A first read before serving, so a restarted process answers from Redis at once. Redis
@@ -63,3 +57,11 @@ func (b *redisBackend) publisher(view interface {
 }
 
 func (b *redisBackend) close() { _ = b.client.Close() }
+
+// redisLog routes the Redis client's own messages (dial failures while Redis is out) into the
+// process log instead of bare lines on stderr. It is the client library's one global.
+type redisLog struct{ log *slog.Logger }
+
+func (l redisLog) Printf(_ context.Context, format string, v ...any) {
+	l.log.Warn("redis client", "detail", fmt.Sprintf(format, v...))
+}

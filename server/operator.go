@@ -12,8 +12,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
-	"net/url"
 	"sync"
 	"time"
 
@@ -41,205 +39,6 @@ import (
 	"github.com/proxy-operator/proxy-operator/server/replay"
 )
 
-// Config is everything the process is told from outside. New gives a zero field its value
-// from Defaults, except FleetWarmup, GCInterval, GCMaxDeletions and GCDryRun, whose zero
-// means something (trusted at once, GC off, no deletion allowed, deleting for real).
-type Config struct {
-	// HookAddr and DiscoveryAddr are the listen addresses (":0" or "127.0.0.1:0" picks a port;
-	// read it back with HookAddr() and DiscoveryAddr()).
-	HookAddr      string
-	DiscoveryAddr string
-
-	// ProvidersConfig is the path of the providers YAML; empty: Providers, else one mock
-	// provider named "mock" serving real loopback proxies (factory.Default).
-	ProvidersConfig string
-	// Providers is an already parsed providers config, used when ProvidersConfig is empty.
-	Providers *factory.Config
-	// ExtraProviders join the configured ones (providers built outside the factory table,
-	// such as a GCP client pointed at a local stand-in).
-	ExtraProviders []providers.Entry
-
-	ProviderTimeout time.Duration
-	MaxBodyBytes    int64
-	// FleetWarmup is the time after start before the fleet view is trusted as complete
-	// (0 is a valid value: trusted at once).
-	FleetWarmup   time.Duration
-	ShutdownGrace time.Duration
-	// CaptureDir, when set, receives every handled hook call as a replayable fixture.
-	CaptureDir string
-	// CaptureMaxBytes caps the capture directory (0: replay.DefaultCaptureMaxBytes);
-	// CaptureSecrets keeps Secret data in captures instead of redacting it.
-	CaptureMaxBytes int64
-	CaptureSecrets  bool
-	// HookMemoryLimit is the memory limit the hook body budget is sized from (a quarter of
-	// it); 0: GOMEMLIMIT, else the cgroup's limit, else 1 GiB.
-	HookMemoryLimit int64
-	// HookBodyReadTimeout bounds reading one hook body (0: hooks.DefaultBodyReadTimeout).
-	HookBodyReadTimeout time.Duration
-
-	// AllowLoopbackProxies lets any proxy (External ones included) be on loopback; the mock
-	// provider's instances are allowed there without it.
-	AllowLoopbackProxies bool
-	// ExternalCIDRs, when not empty, are the only places External endpoints may be.
-	ExternalCIDRs []netip.Prefix
-
-	// DiscoveryToken is one bearer token with every right (DISCOVERY_TOKEN);
-	// DiscoveryTokenFile (one token per line, or scoped tokens in YAML: access.Load) wins
-	// over it. Both empty is an error unless DiscoveryInsecure.
-	DiscoveryToken     string
-	DiscoveryTokenFile string
-	DiscoveryInsecure  bool
-	LeaseMaxTTL        time.Duration
-	LeaseCooldown      time.Duration
-	LeaseBanCooldown   time.Duration
-	LeaseMaxCooldown   time.Duration
-	// LeaseObserve, when set, sees every change of the lease store under its lock (tests;
-	// the in-memory store only).
-	LeaseObserve func(lease.Event)
-	// LeaseStore, when set, is the URL of a Redis (redis:// or rediss://) that keeps leases,
-	// cooldowns and sessions, and to which the fleet and health are published for discovery
-	// replicas; empty: the in-memory store. LeaseStorePasswordFile holds its password.
-	LeaseStore             string
-	LeaseStorePasswordFile string
-
-	ProbeWorkers    int
-	HealthResyncQPS float64
-
-	// GCInterval is the time between orphan sweeps; 0 disables GC.
-	GCInterval     time.Duration
-	GCMinAge       time.Duration
-	GCMaxDeletions int
-	GCDryRun       bool
-
-	// Registerer receives every metric of the process and Gatherer serves them at /metrics
-	// (both nil: a new registry holding the Go and process collectors too; a Registerer that
-	// is also a Gatherer, such as a *prometheus.Registry, serves as both).
-	Registerer prometheus.Registerer
-	Gatherer   prometheus.Gatherer
-	// ProbeDurationFleetOnly drops the proxy label from the probe duration histogram (for
-	// large fleets: about 15 series per proxy otherwise).
-	ProbeDurationFleetOnly bool
-
-	// Kubeconfig is the API server to use outside a cluster (-kubeconfig); KUBECONFIG, then
-	// the in-cluster service account, otherwise. With none of them the operator runs without
-	// a Kubernetes client: GC trusts the fleet view, health transitions wait for the next
-	// resync, no events are recorded (the no-cluster quickstart).
-	Kubeconfig string
-	// Kube, when set, is the client to use instead of looking one up (tests).
-	Kube *kube.Clients
-	// KubeQPS and KubeBurst are the operator's own client budget (0: kube.DefaultQPS, DefaultBurst).
-	KubeQPS   float64
-	KubeBurst int
-	// HealthMarkQPS bounds the health annotation patches (0: mark.DefaultQPS).
-	HealthMarkQPS float64
-
-	// EchoAddr, when set, is where the operator answers each caller's address (the exit
-	// check's echo, for clusters where proxies can reach the operator).
-	EchoAddr string
-	// ExitURL is the echo URL exit checks fetch for proxies whose spec.verify names none
-	// (empty: those proxies get no exit check); ExitInterval paces the checks (0:
-	// health.DefaultExitInterval).
-	ExitURL      string
-	ExitInterval time.Duration
-	// GeoIPDB and ASNDB are MaxMind-format files (Country or City, and ASN) the exit's
-	// country and network are read from; each is reloaded when it changes.
-	GeoIPDB, ASNDB string
-	// ScoreHalfLife is how fast outcomes fade from the quality score (0:
-	// health.DefaultScoreHalfLife). LeaseIgnoreBand leaves the band out of the lease choice.
-	ScoreHalfLife   time.Duration
-	LeaseIgnoreBand bool
-	// ScoreSlowProbe is the probe latency beyond which a success counts as slow in the score
-	// (0: health.DefaultSlowProbe).
-	ScoreSlowProbe time.Duration
-
-	// Log receives the process log (nil: discarded). HealthLog, when set, receives the
-	// prober's log instead of Log.
-	Log       *slog.Logger
-	HealthLog *slog.Logger
-}
-
-// Defaults returns a Config holding every default: what the flags say when none is given.
-func Defaults() Config {
-	return Config{
-		HookAddr:            ":8080",
-		DiscoveryAddr:       discovery.DefaultDiscoveryAddr,
-		ProviderTimeout:     hooks.DefaultProviderTimeout,
-		HookBodyReadTimeout: hooks.DefaultBodyReadTimeout,
-		MaxBodyBytes:        hooks.DefaultMaxBodyBytes,
-		FleetWarmup:         3 * time.Minute,
-		ShutdownGrace:       20 * time.Second,
-		LeaseMaxTTL:         discovery.DefaultMaxLeaseTTL,
-		LeaseCooldown:       15 * time.Minute,
-		LeaseBanCooldown:    time.Hour,
-		LeaseMaxCooldown:    24 * time.Hour,
-		ProbeWorkers:        health.DefaultWorkers,
-		HealthResyncQPS:     health.DefaultResyncQPS,
-		GCInterval:          gc.DefaultInterval,
-		GCMinAge:            gc.DefaultMinAge,
-		GCMaxDeletions:      20,
-	}
-}
-
-func (c Config) withDefaults() Config {
-	d := Defaults()
-	or := func(v *time.Duration, def time.Duration) {
-		if *v == 0 {
-			*v = def
-		}
-	}
-	if c.HookAddr == "" {
-		c.HookAddr = d.HookAddr
-	}
-	if c.DiscoveryAddr == "" {
-		c.DiscoveryAddr = d.DiscoveryAddr
-	}
-	if c.MaxBodyBytes == 0 {
-		c.MaxBodyBytes = d.MaxBodyBytes
-	}
-	if c.ProbeWorkers == 0 {
-		c.ProbeWorkers = d.ProbeWorkers
-	}
-	if c.HealthResyncQPS == 0 {
-		c.HealthResyncQPS = d.HealthResyncQPS
-	}
-	or(&c.ProviderTimeout, d.ProviderTimeout)
-	or(&c.ShutdownGrace, d.ShutdownGrace)
-	or(&c.LeaseMaxTTL, d.LeaseMaxTTL)
-	or(&c.LeaseCooldown, d.LeaseCooldown)
-	or(&c.LeaseBanCooldown, d.LeaseBanCooldown)
-	or(&c.LeaseMaxCooldown, d.LeaseMaxCooldown)
-	or(&c.GCMinAge, d.GCMinAge)
-	return c
-}
-
-// Validate says which setting is out of range.
-func (c Config) Validate() error {
-	if c.ProviderTimeout <= 0 || c.MaxBodyBytes <= 0 || c.FleetWarmup < 0 {
-		return fmt.Errorf("-provider-timeout and -max-hook-body-bytes must be positive, -fleet-warmup not negative")
-	}
-	if c.LeaseMaxTTL <= 0 || c.LeaseCooldown <= 0 || c.LeaseBanCooldown <= 0 || c.LeaseMaxCooldown < c.LeaseBanCooldown || c.LeaseMaxCooldown < c.LeaseCooldown {
-		return fmt.Errorf("-lease-max-ttl and the cooldowns must be positive, -lease-max-cooldown at least each cooldown")
-	}
-	if c.ProbeWorkers <= 0 || c.HealthResyncQPS <= 0 {
-		return fmt.Errorf("-probe-workers and -health-resync-qps must be positive")
-	}
-	if c.KubeQPS < 0 || c.KubeBurst < 0 || c.HealthMarkQPS < 0 {
-		return fmt.Errorf("-kube-api-qps, -kube-api-burst and -health-mark-qps must not be negative")
-	}
-	if c.GCInterval < 0 || c.GCMinAge <= 0 {
-		return fmt.Errorf("-gc-interval must not be negative, -gc-min-age must be positive")
-	}
-	if c.ExitInterval < 0 || c.ScoreHalfLife < 0 || c.ScoreSlowProbe < 0 {
-		return fmt.Errorf("-exit-interval, -score-half-life and -score-slow-probe must not be negative")
-	}
-	if c.ExitURL != "" {
-		if u, err := url.Parse(c.ExitURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("-exit-url %q must be an absolute http:// or https:// URL", c.ExitURL)
-		}
-	}
-	return nil
-}
-
 // Operator is the assembled process. Build it with New, serve it with Run (once).
 type Operator struct {
 	cfg      Config
@@ -260,9 +59,18 @@ type Operator struct {
 
 	hookSrv, discSrv *http.Server
 	hookLn, discLn   net.Listener
-	echoSrv          *http.Server // nil without EchoAddr
+	echoSrv          *http.Server // nil without Quality.EchoAddr
 	echoLn           net.Listener
 	geo              *geoip.Resolver
+}
+
+// Run builds the operator from c (New) and serves it until ctx ends (Operator.Run).
+func Run(ctx context.Context, c Config) error {
+	op, err := New(c)
+	if err != nil {
+		return err
+	}
+	return op.Run(ctx)
 }
 
 // New builds every part and binds both listeners, so the addresses are known when it returns.
@@ -298,12 +106,12 @@ func New(cfg Config) (_ *Operator, err error) {
 
 	pcfg := factory.Default()
 	switch {
-	case cfg.ProvidersConfig != "":
-		if pcfg, err = factory.Load(cfg.ProvidersConfig); err != nil {
+	case cfg.Providers.File != "":
+		if pcfg, err = factory.Load(cfg.Providers.File); err != nil {
 			return nil, err
 		}
-	case cfg.Providers != nil:
-		pcfg = *cfg.Providers
+	case cfg.Providers.Parsed != nil:
+		pcfg = *cfg.Providers.Parsed
 		if err := pcfg.Validate(); err != nil {
 			return nil, err
 		}
@@ -311,13 +119,13 @@ func New(cfg Config) (_ *Operator, err error) {
 	if o.providers, err = factory.Build(pcfg, factory.Deps{Metrics: providers.NewMetrics(reg)}); err != nil {
 		return nil, err
 	}
-	if len(cfg.ExtraProviders) > 0 {
-		o.providers = providers.NewSet(append(o.providers.Entries(), cfg.ExtraProviders...)...)
+	if len(cfg.Providers.Extra) > 0 {
+		o.providers = providers.NewSet(append(o.providers.Entries(), cfg.Providers.Extra...)...)
 	}
 	for _, e := range o.providers.Entries() {
 		log.Info("provider configured", "provider", e.Name, "type", e.Type)
 	}
-	tokens, err := discovery.Tokens(cfg.DiscoveryToken, cfg.DiscoveryTokenFile, cfg.DiscoveryInsecure)
+	tokens, err := discovery.Tokens(cfg.Discovery.Token, cfg.Discovery.TokenFile, cfg.Discovery.Insecure)
 	if err != nil {
 		return nil, err
 	}
@@ -326,10 +134,10 @@ func New(cfg Config) (_ *Operator, err error) {
 	}
 
 	// Listeners first: the egress policy must know their bound addresses.
-	if o.hookLn, err = net.Listen("tcp", cfg.HookAddr); err != nil {
+	if o.hookLn, err = net.Listen("tcp", cfg.Hooks.Addr); err != nil {
 		return nil, fmt.Errorf("hook listener: %w", err)
 	}
-	if o.discLn, err = net.Listen("tcp", cfg.DiscoveryAddr); err != nil {
+	if o.discLn, err = net.Listen("tcp", cfg.Discovery.Addr); err != nil {
 		return nil, fmt.Errorf("discovery listener: %w", err)
 	}
 	var loopbackProviders []string
@@ -338,8 +146,8 @@ func New(cfg Config) (_ *Operator, err error) {
 			loopbackProviders = append(loopbackProviders, e.Name)
 		}
 	}
-	egress, err := netpolicy.New(netpolicy.Config{AllowLoopback: cfg.AllowLoopbackProxies, LoopbackProviders: loopbackProviders,
-		ExternalCIDRs: cfg.ExternalCIDRs, OwnListeners: []string{o.HookAddr(), o.DiscoveryAddr(), cfg.HookAddr, cfg.DiscoveryAddr}})
+	egress, err := netpolicy.New(netpolicy.Config{AllowLoopback: cfg.Egress.AllowLoopback, LoopbackProviders: loopbackProviders,
+		ExternalCIDRs: cfg.Egress.ExternalCIDRs, OwnListeners: []string{o.HookAddr(), o.DiscoveryAddr(), cfg.Hooks.Addr, cfg.Discovery.Addr}})
 	if err != nil {
 		return nil, err
 	}
@@ -350,30 +158,31 @@ func New(cfg Config) (_ *Operator, err error) {
 
 	o.fleet = fleet.New(time.Now, cfg.FleetWarmup)
 	o.prober = health.NewHTTPProber(nil, health.WithEgressPolicy(egress))
-	hlog := cfg.HealthLog
+	hlog := cfg.Health.Log
 	if hlog == nil {
 		hlog = log.With("component", "health")
 	}
-	if o.geo, err = geoip.Open(geoip.Config{CountryPath: cfg.GeoIPDB, ASNPath: cfg.ASNDB, Log: log.With("component", "geoip")}); err != nil {
+	q := cfg.Quality
+	if o.geo, err = geoip.Open(geoip.Config{CountryPath: q.GeoIPDB, ASNPath: q.ASNDB, Log: log.With("component", "geoip")}); err != nil {
 		return nil, fmt.Errorf("-geoip-db/-asn-db: %w", err)
 	}
-	if cfg.EchoAddr != "" {
-		if o.echoLn, err = net.Listen("tcp", cfg.EchoAddr); err != nil {
+	if q.EchoAddr != "" {
+		if o.echoLn, err = net.Listen("tcp", q.EchoAddr); err != nil {
 			return nil, fmt.Errorf("echo listener: %w", err)
 		}
 		o.echoSrv = &http.Server{Handler: health.EchoHandler(), ReadHeaderTimeout: 5 * time.Second,
 			ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second, IdleTimeout: 30 * time.Second, MaxHeaderBytes: 8 << 10}
 	}
-	if o.sched, err = health.New(health.Config{View: o.fleet, Prober: o.prober, Workers: cfg.ProbeWorkers,
-		Registerer: reg, FleetDurationOnly: cfg.ProbeDurationFleetOnly, Log: hlog, OnTransition: o.notifyTransition,
-		ExitURL: cfg.ExitURL, ExitInterval: cfg.ExitInterval, Geo: o.geo, ScoreHalfLife: cfg.ScoreHalfLife, SlowProbe: cfg.ScoreSlowProbe}); err != nil {
+	if o.sched, err = health.New(health.Config{View: o.fleet, Prober: o.prober, Workers: cfg.Health.Workers,
+		Registerer: reg, FleetDurationOnly: cfg.Health.DurationFleetOnly, Log: hlog, OnTransition: o.notifyTransition,
+		ExitURL: q.ExitURL, ExitInterval: q.ExitInterval, Geo: o.geo, ScoreHalfLife: q.ScoreHalfLife, SlowProbe: q.SlowProbe}); err != nil {
 		return nil, err
 	}
 	if o.kube != nil {
 		if o.marker, err = mark.New(mark.Config{
 			Patcher: mark.KubePatcher{Client: o.kube.Dynamic, Resource: kube.ProxyResource},
 			Behind:  mark.FleetBehind(o.fleet, o.sched),
-			QPS:     cfg.HealthMarkQPS, Log: log.With("component", "healthmark"),
+			QPS:     cfg.Health.MarkQPS, Log: log.With("component", "healthmark"),
 		}); err != nil {
 			return nil, err
 		}
@@ -383,41 +192,41 @@ func New(cfg Config) (_ *Operator, err error) {
 		Providers:       o.providers,
 		Fleet:           o.fleet,
 		Health:          o.sched,
-		HealthResync:    health.ResyncPolicy{QPS: cfg.HealthResyncQPS}.After,
+		HealthResync:    health.ResyncPolicy{QPS: cfg.Health.ResyncQPS}.After,
 		Log:             log,
 		Registerer:      reg,
 		Gatherer:        gat,
-		MaxBodyBytes:    cfg.MaxBodyBytes,
-		ProviderTimeout: cfg.ProviderTimeout,
-		BodyReadTimeout: cfg.HookBodyReadTimeout,
+		MaxBodyBytes:    cfg.Hooks.MaxBodyBytes,
+		ProviderTimeout: cfg.Hooks.ProviderTimeout,
+		BodyReadTimeout: cfg.Hooks.BodyReadTimeout,
 		Egress:          egress,
 	}
-	memLimit, memSource := membudget.Limit(cfg.HookMemoryLimit)
-	h.Budget = membudget.ForLimit(memLimit, 0, 0, cfg.MaxBodyBytes)
+	memLimit, memSource := membudget.Limit(cfg.Hooks.MemoryLimit)
+	h.Budget = membudget.ForLimit(memLimit, 0, 0, cfg.Hooks.MaxBodyBytes)
 	log.Info("hook memory budget", "bytes", h.Budget.Size(), "memoryLimit", memLimit, "from", memSource)
 	if o.events != nil {
 		h.Events = o.events
 	}
-	if cfg.CaptureDir != "" {
-		rec, err := replay.NewRecorder(cfg.CaptureDir, log)
+	if cfg.Capture.Dir != "" {
+		rec, err := replay.NewRecorder(cfg.Capture.Dir, log)
 		if err != nil {
 			return nil, err
 		}
-		rec.MaxBytes, rec.KeepSecrets = cfg.CaptureMaxBytes, cfg.CaptureSecrets
+		rec.MaxBytes, rec.KeepSecrets = cfg.Capture.MaxBytes, cfg.Capture.Secrets
 		h.Recorder = rec
-		log.Warn("capturing every hook call", "dir", cfg.CaptureDir)
+		log.Warn("capturing every hook call", "dir", cfg.Capture.Dir)
 	}
-	disc := &discovery.Discovery{Fleet: o.fleet, Health: o.sched, Tokens: tokens, Insecure: cfg.DiscoveryInsecure,
-		Log: log.With("component", "discovery"), Registerer: reg, MaxTTL: cfg.LeaseMaxTTL}
+	disc := &discovery.Discovery{Fleet: o.fleet, Health: o.sched, Tokens: tokens, Insecure: cfg.Discovery.Insecure,
+		Log: log.With("component", "discovery"), Registerer: reg, MaxTTL: cfg.Lease.MaxTTL}
 
-	if cfg.LeaseStore == "" {
+	if cfg.Lease.Store == "" {
 		o.memory = lease.NewMemory(lease.Config{
 			Fleet: o.fleet, Health: o.sched, Now: time.Now,
-			RateLimitedCooldown: cfg.LeaseCooldown,
-			BannedCooldown:      cfg.LeaseBanCooldown,
-			MaxCooldown:         cfg.LeaseMaxCooldown,
-			Observe:             cfg.LeaseObserve,
-			PreferBand:          !cfg.LeaseIgnoreBand,
+			RateLimitedCooldown: cfg.Lease.Cooldown,
+			BannedCooldown:      cfg.Lease.BanCooldown,
+			MaxCooldown:         cfg.Lease.MaxCooldown,
+			Observe:             cfg.Lease.Observe,
+			PreferBand:          !q.IgnoreBand,
 			Admit: func(p fleet.Proxy) error {
 				return egress.CheckHost(p.IP, uint16(p.Port), netpolicy.Dest{External: p.Mode == v1.ModeExternal, Provider: p.Provider})
 			},
@@ -426,8 +235,7 @@ func New(cfg Config) (_ *Operator, err error) {
 	} else {
 		// Discovery reads what the operator published, like every replica: after a restart it
 		// serves from Redis at once instead of waiting for the view to refill.
-		if o.redis, err = newRedisBackend(redisSettings{url: cfg.LeaseStore, passwordFile: cfg.LeaseStorePasswordFile,
-			cooldown: cfg.LeaseCooldown, banCooldown: cfg.LeaseBanCooldown, maxCooldown: cfg.LeaseMaxCooldown}, log); err != nil {
+		if o.redis, err = newRedisBackend(cfg.Lease, log); err != nil {
 			return nil, err
 		}
 		o.redis.publisher(o.fleet, o.sched, log)
@@ -449,18 +257,18 @@ func New(cfg Config) (_ *Operator, err error) {
 		h.Pools.Events = o.events // scale and rotation decisions as Events on the pool
 	}
 
-	if cfg.GCInterval > 0 {
+	if cfg.GC.Interval > 0 {
 		var dyn dynamic.Interface
 		if o.kube != nil {
 			dyn = o.kube.Dynamic
 		}
 		srcs := gc.Sources(o.fleet, dyn)
-		o.collector, err = gc.New(gc.Config{Providers: o.providers, Sources: srcs, Interval: cfg.GCInterval, MinAge: cfg.GCMinAge,
-			MaxDeletions: cfg.GCMaxDeletions, DryRun: cfg.GCDryRun, Log: log.With("component", "gc"), Registerer: reg})
+		o.collector, err = gc.New(gc.Config{Providers: o.providers, Sources: srcs, Interval: cfg.GC.Interval, MinAge: cfg.GC.MinAge,
+			MaxDeletions: cfg.GC.MaxDeletions, DryRun: cfg.GC.DryRun, Log: log.With("component", "gc"), Registerer: reg})
 		if err != nil {
 			return nil, err
 		}
-		log.Info("orphan gc enabled", "source", srcs[0].Name(), "interval", cfg.GCInterval.String(), "dryRun", cfg.GCDryRun)
+		log.Info("orphan gc enabled", "source", srcs[0].Name(), "interval", cfg.GC.Interval.String(), "dryRun", cfg.GC.DryRun)
 	}
 
 	o.hookSrv = h.Server()
@@ -471,11 +279,11 @@ func New(cfg Config) (_ *Operator, err error) {
 // connect finds the Kubernetes client, or decides to run without one.
 func (o *Operator) connect() error {
 	cfg := o.cfg
-	if cfg.Kube != nil {
-		o.kube = cfg.Kube
+	if cfg.Kube.Clients != nil {
+		o.kube = cfg.Kube.Clients
 		return nil
 	}
-	rc, src, err := kube.Config(kube.Options{Kubeconfig: cfg.Kubeconfig, QPS: float32(cfg.KubeQPS), Burst: cfg.KubeBurst})
+	rc, src, err := kube.Config(kube.Options{Kubeconfig: cfg.Kube.Kubeconfig, QPS: float32(cfg.Kube.QPS), Burst: cfg.Kube.Burst})
 	switch {
 	case errors.Is(err, kube.ErrNoCluster):
 		o.log.Info("no Kubernetes client: GC trusts the fleet view, health transitions reach status at the next resync, no events are recorded")

@@ -29,7 +29,7 @@ func get(t *testing.T, url string) (int, string) {
 // TestNewRunStop: New binds both listeners (the ports are known at once), Run serves the hook
 // and discovery routers, and a cancelled context stops it cleanly and frees the ports.
 func TestNewRunStop(t *testing.T) {
-	op, err := server.New(server.Config{HookAddr: "127.0.0.1:0", DiscoveryAddr: "127.0.0.1:0", DiscoveryToken: "t0ken"})
+	op, err := server.New(server.Config{Hooks: server.HooksConfig{Addr: "127.0.0.1:0"}, Discovery: server.DiscoveryAPIConfig{Addr: "127.0.0.1:0", Token: "t0ken"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,20 +67,20 @@ func TestNewRunStop(t *testing.T) {
 // TestNewFailsCleanly: a setting out of range or a port in use is an error from New, and
 // whatever New had bound is released.
 func TestNewFailsCleanly(t *testing.T) {
-	if _, err := server.New(server.Config{HookAddr: "127.0.0.1:0", DiscoveryAddr: "127.0.0.1:0", ProbeWorkers: -1}); err == nil ||
+	if _, err := server.New(server.Config{Hooks: server.HooksConfig{Addr: "127.0.0.1:0"}, Discovery: server.DiscoveryAPIConfig{Addr: "127.0.0.1:0"}, Health: server.HealthConfig{Workers: -1}}); err == nil ||
 		!strings.Contains(err.Error(), "-probe-workers") {
 		t.Errorf("negative probe workers: %v, want an error naming the flag", err)
 	}
-	if _, err := server.New(server.Config{HookAddr: "127.0.0.1:0", DiscoveryAddr: "127.0.0.1:0", DiscoveryInsecure: true,
-		GeoIPDB: filepath.Join(t.TempDir(), "absent.mmdb")}); err == nil || !strings.Contains(err.Error(), "-geoip-db") {
+	if _, err := server.New(server.Config{Hooks: server.HooksConfig{Addr: "127.0.0.1:0"}, Discovery: server.DiscoveryAPIConfig{Addr: "127.0.0.1:0", Insecure: true},
+		Quality: server.QualityConfig{GeoIPDB: filepath.Join(t.TempDir(), "absent.mmdb")}}); err == nil || !strings.Contains(err.Error(), "-geoip-db") {
 		t.Errorf("missing country database: %v, want an error naming the flag", err)
 	}
-	if _, err := server.New(server.Config{HookAddr: "127.0.0.1:0", DiscoveryAddr: "127.0.0.1:0", DiscoveryInsecure: true,
-		ExitURL: "ftp://echo"}); err == nil || !strings.Contains(err.Error(), "-exit-url") {
+	if _, err := server.New(server.Config{Hooks: server.HooksConfig{Addr: "127.0.0.1:0"}, Discovery: server.DiscoveryAPIConfig{Addr: "127.0.0.1:0", Insecure: true},
+		Quality: server.QualityConfig{ExitURL: "ftp://echo"}}); err == nil || !strings.Contains(err.Error(), "-exit-url") {
 		t.Errorf("bad exit URL: %v, want an error naming the flag", err)
 	}
 	bad := factory.Config{Providers: []factory.Entry{{Name: "m", Type: "mock", Mock: &mock.Config{Faults: []mock.Fault{{Op: "reboot"}}}}}}
-	if _, err := server.New(server.Config{HookAddr: "127.0.0.1:0", DiscoveryAddr: "127.0.0.1:0", Providers: &bad}); err == nil ||
+	if _, err := server.New(server.Config{Hooks: server.HooksConfig{Addr: "127.0.0.1:0"}, Discovery: server.DiscoveryAPIConfig{Addr: "127.0.0.1:0"}, Providers: server.ProvidersConfig{Parsed: &bad}}); err == nil ||
 		!strings.Contains(err.Error(), `providers[0] (m): mock.faults[0]: fault op "reboot"`) {
 		t.Errorf("bad providers config: %v", err)
 	}
@@ -95,7 +95,7 @@ func TestNewFailsCleanly(t *testing.T) {
 	}
 	hookAddr := hook.Addr().String()
 	hook.Close()
-	if _, err := server.New(server.Config{HookAddr: hookAddr, DiscoveryAddr: busy.Addr().String(), DiscoveryInsecure: true}); err == nil ||
+	if _, err := server.New(server.Config{Hooks: server.HooksConfig{Addr: hookAddr}, Discovery: server.DiscoveryAPIConfig{Addr: busy.Addr().String(), Insecure: true}}); err == nil ||
 		!strings.Contains(err.Error(), "discovery listener") {
 		t.Fatalf("discovery port in use: %v, want a discovery listener error", err)
 	}
@@ -109,7 +109,7 @@ func TestNewFailsCleanly(t *testing.T) {
 // TestKubeconfigBroken: a kubeconfig that is named but unusable stops New, rather than the
 // operator quietly running without its Kubernetes client.
 func TestKubeconfigBroken(t *testing.T) {
-	_, err := server.New(server.Config{HookAddr: "127.0.0.1:0", DiscoveryAddr: "127.0.0.1:0", DiscoveryInsecure: true, Kubeconfig: t.TempDir() + "/absent"})
+	_, err := server.New(server.Config{Hooks: server.HooksConfig{Addr: "127.0.0.1:0"}, Discovery: server.DiscoveryAPIConfig{Addr: "127.0.0.1:0", Insecure: true}, Kube: server.KubeConfig{Kubeconfig: t.TempDir() + "/absent"}})
 	if err == nil || !strings.Contains(err.Error(), "kubeconfig") {
 		t.Errorf("New with a missing kubeconfig: %v, want an error naming it", err)
 	}

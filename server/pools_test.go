@@ -17,7 +17,7 @@ import (
 // TestPoolHooksServed: the operator serves the pools CompositeController's hooks on the hook
 // listener, and a pool sync shows in the pool metrics at /metrics.
 func TestPoolHooksServed(t *testing.T) {
-	op, err := server.New(server.Config{HookAddr: "127.0.0.1:0", DiscoveryAddr: "127.0.0.1:0", DiscoveryToken: "t0ken"})
+	op, err := server.New(server.Config{Hooks: server.HooksConfig{Addr: "127.0.0.1:0"}, Discovery: server.DiscoveryAPIConfig{Addr: "127.0.0.1:0", Token: "t0ken"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,9 +38,12 @@ func TestShutdownStopsBothServersTogether(t *testing.T) {
 		t.Fatal(err)
 	}
 	bp := &blockingCreate{Provider: mp, entered: make(chan struct{}), release: make(chan struct{})}
-	op, err := server.New(server.Config{HookAddr: "127.0.0.1:0", DiscoveryAddr: "127.0.0.1:0", DiscoveryInsecure: true,
-		ShutdownGrace: time.Minute, ProviderTimeout: time.Minute,
-		ExtraProviders: []providers.Entry{{Name: "block", Type: "mock", Provider: bp}}})
+	op, err := server.New(server.Config{
+		Hooks:         server.HooksConfig{Addr: "127.0.0.1:0", ProviderTimeout: time.Minute},
+		Discovery:     server.DiscoveryAPIConfig{Addr: "127.0.0.1:0", Insecure: true},
+		Providers:     server.ProvidersConfig{Extra: []providers.Entry{{Name: "block", Type: "mock", Provider: bp}}},
+		ShutdownGrace: time.Minute,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +136,7 @@ func TestShutdownStopsBothServersTogether(t *testing.T) {
 // TestNewRefusesWithoutToken: the default configuration does not serve discovery without a
 // token (issue 10, item 5).
 func TestNewRefusesWithoutToken(t *testing.T) {
-	_, err := server.New(server.Config{HookAddr: "127.0.0.1:0", DiscoveryAddr: "127.0.0.1:0"})
+	_, err := server.New(server.Config{Hooks: server.HooksConfig{Addr: "127.0.0.1:0"}, Discovery: server.DiscoveryAPIConfig{Addr: "127.0.0.1:0"}})
 	if err == nil || !strings.Contains(err.Error(), "-discovery-insecure") {
 		t.Fatalf("New without a token: %v, want an error naming -discovery-insecure", err)
 	}

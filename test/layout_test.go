@@ -141,8 +141,7 @@ func TestRootLayout(t *testing.T) {
 }
 
 // mainMayImport are the packages of ours main.go may import besides server: the subcommands'.
-// TODO(issue 19): health/mark and internal/netpolicy go once the flags live in server's flags.go.
-var mainMayImport = map[string]bool{"/server/replay": true, "/health/mark": true, "/internal/netpolicy": true}
+var mainMayImport = map[string]bool{"/server/replay": true}
 
 // TestMainIsFlagsAndDispatch: main.go imports nothing that serves, decides or stores; it turns
 // flags into server.Config and dispatches subcommands.

@@ -94,7 +94,9 @@ func TestMakeHelp(t *testing.T) {
 	if _, err := exec.LookPath("make"); err != nil {
 		t.Skip("make not on PATH")
 	}
-	out, err := exec.Command("make", "--no-print-directory", "help").CombinedOutput()
+	cmd := exec.Command("make", "--no-print-directory", "help")
+	cmd.Dir = ".."
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("make help: %v\n%s", err, out)
 	}

@@ -3,9 +3,11 @@ package v1alpha1
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -65,8 +67,20 @@ func (s *ProxySpec) Validate() error {
 	if s.Port < 0 || s.Port > 65535 {
 		bad("port", "%d is not a port (1-65535)", s.Port)
 	}
-	if s.MaxLeases != nil && *s.MaxLeases < 0 {
-		bad("maxLeases", "%d must not be negative", *s.MaxLeases)
+	if s.MaxLeases != nil && (*s.MaxLeases < 0 || *s.MaxLeases > MaxMaxLeases) {
+		bad("maxLeases", "%d is out of range 0-%d", *s.MaxLeases, MaxMaxLeases)
+	}
+	if len(s.Attributes) > MaxAttributes {
+		bad("attributes", "%d attributes, at most %d", len(s.Attributes), MaxAttributes)
+	} else {
+		for _, k := range slices.Sorted(maps.Keys(s.Attributes)) {
+			switch {
+			case k == "" || len(k) > MaxAttributeKeyLength:
+				bad("attributes", "name %.64q is not 1-%d characters", k, MaxAttributeKeyLength)
+			case len(s.Attributes[k]) > MaxAttributeValueLength:
+				bad("attributes["+k+"]", "value of %d characters, at most %d", len(s.Attributes[k]), MaxAttributeValueLength)
+			}
+		}
 	}
 	if c := s.CloudInit; c != nil {
 		if (c.Inline != nil) == (c.SecretRef != nil) {

@@ -44,8 +44,12 @@ func (d *decider) decideSize() {
 	if first {
 		cur = *d.spec.Replicas
 	}
-	// The bounds may have moved since the last sync (and status is input too): stay within them.
+	// The bounds may have moved since the last sync (and status is input too): every recorded
+	// size is read back within them. An unclamped lowMax of 2^31 once became the desired size.
 	cur = min(max(cur, lo), hi)
+	st.LowMax = min(max(st.LowMax, lo), hi)
+	st.Recommendation = min(max(st.Recommendation, 0), v1.MaxPoolReplicas)
+	st.DeniedSeen = max(st.DeniedSeen, 0)
 
 	active := int64(0)
 	for _, m := range d.ms {

@@ -148,7 +148,7 @@ func (d *decider) finalize() {
 
 // invalid keeps every member as it is: a spec the hook cannot read must not delete a fleet.
 func (d *decider) invalid() {
-	d.desired = d.in.Pool.Status.DesiredReplicas
+	d.desired = min(max(d.in.Pool.Status.DesiredReplicas, 0), v1.MaxPoolReplicas)
 	d.as = d.in.Pool.Status.Autoscale
 	for _, m := range d.ms {
 		if !m.terminating {

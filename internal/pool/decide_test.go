@@ -543,6 +543,10 @@ func TestAutoscale(t *testing.T) {
 		{"a retry storm at most doubles", autoscaled(1, 20, 50, 300, &v1.PoolAutoscaleStatus{}, 4), []int{5, 5, 5, 5}, 1000, 12, "", &Scale{From: 4, To: 12, Reason: "Autoscale"}, false},
 		{"maxReplicas lowered below the current size: down at once", autoscaled(1, 3, 50, 300, &v1.PoolAutoscaleStatus{}, 8), []int{5, 5, 5, 5, 5, 5, 5, 5}, 0, 3, LimitedTooMany, &Scale{From: 8, To: 3, Reason: "Autoscale"}, false},
 		{"a hostile status size is clamped", autoscaled(1, 4, 50, 300, &v1.PoolAutoscaleStatus{}, 2000000000), nil, 0, 4, LimitedTooFew, &Scale{From: 2000000000, To: 4, Reason: "Autoscale"}, true},
+		// The user lowered maxReplicas to 10 while the window had recorded 25 (or status is hostile).
+		{"a recorded lowMax above maxReplicas is clamped", autoscaled(1, 10, 50, 240, &v1.PoolAutoscaleStatus{LowSince: &lowSince, LowMax: 25}, 10), []int{1, 1}, 0, 10, "", nil, false},
+		{"a hostile lowMax is clamped", autoscaled(1, 4, 50, 240, &v1.PoolAutoscaleStatus{LowSince: &lowSince, LowMax: 2000000000}, 4), []int{1, 1}, 0, 4, "", nil, false},
+		{"a negative lowMax is clamped to min", autoscaled(2, 4, 50, 240, &v1.PoolAutoscaleStatus{LowSince: &lowSince, LowMax: -7}, 4), nil, 0, 2, LimitedTooFew, &Scale{From: 4, To: 2, Reason: "Autoscale"}, false},
 		{"a restarted counter is taken as new", autoscaled(1, 10, 50, 300, &v1.PoolAutoscaleStatus{DeniedSeen: 500}, 2), []int{5, 5}, 5, 3, "", &Scale{From: 2, To: 3, Reason: "Autoscale"}, false},
 	}
 	for _, tt := range tests {

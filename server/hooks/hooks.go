@@ -259,6 +259,15 @@ func (h *Hooks) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *membu
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Now().Add(h.BodyReadTimeout))
 	body, res, err := h.Budget.Read(r.Body, r.ContentLength, h.MaxBodyBytes)
+	if err == nil {
+		// What the body's shape costs to decode, on top of its length: refused before decoding.
+		if err = res.Grow(membudget.ShapeWeight(body)); err != nil {
+			res.Release()
+			if errors.Is(err, membudget.ErrTooLarge) {
+				return nil, nil, httpx.Wrap(http.StatusRequestEntityTooLarge, err, "request body of %d bytes has too many objects", len(body))
+			}
+		}
+	}
 	switch {
 	case err == nil:
 		_ = rc.SetReadDeadline(time.Time{})

@@ -139,7 +139,7 @@ func TestSlowBodiesHoldNoSlot(t *testing.T) {
 func TestMemoryBudgetAnswers429(t *testing.T) {
 	h := newHooks(t, newMock(t))
 	body := fixtureBody(t, "sync/managed-ready-steady")
-	h.Budget = membudget.New(int64(len(body))*3/2, 1) // room for one body, not two
+	h.Budget = membudget.New(int64(len(body))*3/2+membudget.ShapeWeight(body), 1) // room for one body, not two
 	srv := httptest.NewServer(h.Handler())
 	defer srv.Close()
 	// One reservation held by a body that is still arriving.

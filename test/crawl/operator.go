@@ -93,10 +93,12 @@ func StartOperator(ctx context.Context, cfg OperatorConfig) (*Operator, error) {
 	pcfg := factory.Config{Providers: []factory.Entry{{Name: "mock", Type: "mock",
 		Mock: &mock.Config{ProvisioningDelay: mock.Duration(200 * time.Millisecond), ServeProxies: true}}}}
 	op, err := server.New(server.Config{
-		HookAddr: "127.0.0.1:0", DiscoveryAddr: "127.0.0.1:0", Providers: &pcfg,
-		DiscoveryToken: cfg.Token, ShutdownGrace: 5 * time.Second,
-		LeaseCooldown: cfg.RateLimitedCooldown, LeaseBanCooldown: cfg.BannedCooldown, LeaseMaxCooldown: cfg.MaxCooldown,
-		LeaseIgnoreBand: cfg.IgnoreBand, ScoreSlowProbe: cfg.SlowProbe,
+		Hooks:         server.HooksConfig{Addr: "127.0.0.1:0"},
+		Discovery:     server.DiscoveryAPIConfig{Addr: "127.0.0.1:0", Token: cfg.Token},
+		Providers:     server.ProvidersConfig{Parsed: &pcfg},
+		Lease:         server.LeaseConfig{Cooldown: cfg.RateLimitedCooldown, BanCooldown: cfg.BannedCooldown, MaxCooldown: cfg.MaxCooldown},
+		ShutdownGrace: 5 * time.Second,
+		Quality:       server.QualityConfig{IgnoreBand: cfg.IgnoreBand, SlowProbe: cfg.SlowProbe},
 	})
 	if err != nil {
 		return nil, err

@@ -43,29 +43,27 @@ type operator struct {
 func bootOperator(t testing.TB, o operatorOpts) *operator {
 	t.Helper()
 	cfg := op.Config{
-		HookAddr:       "127.0.0.1:0",
-		DiscoveryAddr:  "127.0.0.1:0",
-		DiscoveryToken: o.token,
-		FleetWarmup:    o.warmup,
-		MaxBodyBytes:   o.maxBodyBytes,
-		LeaseObserve:   o.leaseObserve,
-		ExtraProviders: o.extra,
-		ShutdownGrace:  10 * time.Second,
+		Hooks:         op.HooksConfig{Addr: "127.0.0.1:0", MaxBodyBytes: o.maxBodyBytes},
+		Discovery:     op.DiscoveryAPIConfig{Addr: "127.0.0.1:0", Token: o.token},
+		FleetWarmup:   o.warmup,
+		Lease:         op.LeaseConfig{Observe: o.leaseObserve},
+		Providers:     op.ProvidersConfig{Extra: o.extra},
+		ShutdownGrace: 10 * time.Second,
 		// The tests' External proxies are stub servers on 127.0.0.1.
-		AllowLoopbackProxies: true,
+		Egress: op.EgressConfig{AllowLoopback: true},
 	}
 	if o.providersYAML != "" {
 		pcfg, err := factory.Parse([]byte(o.providersYAML))
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg.Providers = &pcfg
+		cfg.Providers.Parsed = &pcfg
 	}
 	if o.healthLog != nil {
-		cfg.HealthLog = slog.New(o.healthLog)
+		cfg.Health.Log = slog.New(o.healthLog)
 	}
 	if o.cooldown > 0 {
-		cfg.LeaseCooldown, cfg.LeaseBanCooldown, cfg.LeaseMaxCooldown = o.cooldown, 2*o.cooldown, 4*o.cooldown
+		cfg.Lease.Cooldown, cfg.Lease.BanCooldown, cfg.Lease.MaxCooldown = o.cooldown, 2*o.cooldown, 4*o.cooldown
 	}
 	p, err := op.New(cfg)
 	if err != nil {

@@ -286,13 +286,13 @@ func TestRedisOutageUnderLoad(t *testing.T) {
 	const maxLeases = 3
 	fleet := newRedisFleet(t, 8, maxLeases)
 	storeURL := "redis://" + srv.Addr
-	oper, err := op.New(op.Config{HookAddr: "127.0.0.1:0", DiscoveryAddr: "127.0.0.1:0", FleetWarmup: time.Millisecond, DiscoveryInsecure: true, AllowLoopbackProxies: true,
-		LeaseStore: storeURL, ShutdownGrace: 10 * time.Second})
+	oper, err := op.New(op.Config{Hooks: op.HooksConfig{Addr: "127.0.0.1:0"}, Discovery: op.DiscoveryAPIConfig{Addr: "127.0.0.1:0", Insecure: true},
+		FleetWarmup: time.Millisecond, Egress: op.EgressConfig{AllowLoopback: true}, Lease: op.LeaseConfig{Store: storeURL}, ShutdownGrace: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	replica, err := op.NewDiscovery(op.DiscoveryConfig{DiscoveryAddr: "127.0.0.1:0", LeaseStore: storeURL, DiscoveryInsecure: true,
-		LeaseMaxTTL: time.Hour, LeaseCooldown: time.Minute, LeaseBanCooldown: time.Hour, LeaseMaxCooldown: 24 * time.Hour})
+	replica, err := op.NewDiscovery(op.DiscoveryConfig{Discovery: op.DiscoveryAPIConfig{Addr: "127.0.0.1:0", Insecure: true},
+		Lease: op.LeaseConfig{Store: storeURL, MaxTTL: time.Hour, Cooldown: time.Minute, BanCooldown: time.Hour, MaxCooldown: 24 * time.Hour}})
 	if err != nil {
 		t.Fatal(err)
 	}

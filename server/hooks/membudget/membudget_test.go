@@ -133,3 +133,51 @@ func TestLimitAndSizing(t *testing.T) {
 		t.Errorf("a small limit leaves room for a %d-byte body, want at least 4 MiB", small.MaxBody())
 	}
 }
+
+func TestShapeWeight(t *testing.T) {
+	tests := []struct {
+		name string
+		body string
+		want int64
+	}{
+		{"empty", ``, 0},
+		{"a string of braces is not weighed", `"{{{:::}}}"`, 0},
+		{"an escaped quote stays in the string", `"\"{:"`, 0},
+		{"root and one key", `{"a":1}`, ObjectCost + EntryCost},
+		{"a child at depth 4", `{"children":{"T":{"k":{"x":1}}}}`, 3*ObjectCost + ChildCost + 4*EntryCost},
+		{"arrays nest but cost nothing themselves", `[[[{}]]]`, ChildCost},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := ShapeWeight([]byte(tt.body)); got != tt.want {
+				t.Errorf("ShapeWeight(%s) = %d, want %d", tt.body, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestGrow(t *testing.T) {
+	b := New(100, 1)
+	_, res, err := b.Read(strings.NewReader("0123456789"), 10, 50)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := res.Grow(200); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("Grow past the whole budget = %v, want ErrTooLarge", err)
+	}
+	_, other, err := b.Read(strings.NewReader("0123456789"), 10, 50)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := res.Grow(100 - res.Held() - other.Held() + 1); !errors.Is(err, ErrOverBudget) {
+		t.Errorf("Grow past what is left = %v, want ErrOverBudget", err)
+	}
+	other.Release()
+	if err := res.Grow(50); err != nil {
+		t.Errorf("Grow within the budget: %v", err)
+	}
+	res.Release()
+	if b.InUse() != 0 {
+		t.Errorf("in use after release: %d", b.InUse())
+	}
+}

@@ -180,6 +180,8 @@ func jsonError(err error) string {
 	var se *json.SyntaxError
 	var te *json.UnmarshalTypeError
 	switch {
+	case errors.Is(err, metacontroller.ErrTooManyObjects):
+		return err.Error()
 	case errors.As(err, &se):
 		return fmt.Sprintf("malformed JSON at byte %d", se.Offset)
 	case errors.As(err, &te):
