@@ -127,3 +127,24 @@ func TestWithOutcomes(t *testing.T) {
 		}
 	}
 }
+
+// TestWithOutcomesKeepsCooldownCount: the discovery API's cooldown gauge still finds the
+// memory store's count through the wrapper.
+func TestWithOutcomesKeepsCooldownCount(t *testing.T) {
+	f := newFixture(t, spec{name: "a", max: 5})
+	s := WithOutcomes(f.store, func(string, Result) {})
+	cc, ok := s.(interface{ CooldownCount() int })
+	if !ok {
+		t.Fatal("WithOutcomes(Memory) lost CooldownCount")
+	}
+	l, err := s.Acquire(context.Background(), Request{TTL: time.Minute, Target: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Report(context.Background(), l.ID, Report{Result: ResultBanned, Target: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	if n := cc.CooldownCount(); n != 1 {
+		t.Errorf("CooldownCount = %d, want 1", n)
+	}
+}

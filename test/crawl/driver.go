@@ -515,7 +515,10 @@ func (l *leases) answered(ctx context.Context, worker, site int, _ *url.URL, cod
 		}
 		l.mu.Unlock()
 		if done {
-			_ = h.ka.Release(context.WithoutCancel(ctx))
+			// A crawler that takes part in the quality score says how the batch went.
+			ctx = context.WithoutCancel(ctx)
+			_, _ = l.c.Report(ctx, h.l.ID, client.Report{Result: client.ResultOK, Target: l.sites[site]})
+			_ = h.ka.Release(ctx)
 		}
 		return
 	default:
