@@ -10,7 +10,7 @@ PYTHON        ?= /usr/bin/python3
 # -discovery-insecure: the quickstart serves discovery on 127.0.0.1 only; a shared address needs a token.
 RUN_ARGS      ?= -hook-addr 127.0.0.1:8080 -discovery-addr 127.0.0.1:8090 -discovery-insecure -log-format text -fleet-warmup 5s -gc-min-age 1m
 
-.PHONY: help build run demo test test-go test-python generate verify vet fmt bench bench-probes bench-discovery bench-crawl bench-crawl-score docker-build fuzz load scale attack
+.PHONY: help build run demo test test-go test-python generate verify vet fmt bench bench-probes bench-discovery bench-gateway bench-crawl bench-crawl-score docker-build fuzz load scale attack
 
 ## help: list the targets and what each does
 help:
@@ -75,17 +75,26 @@ bench-probes:
 # handlers on the same server; then 2 `proxy-operator discovery` processes sharing one Redis;
 # then the index against a fleet scan and the two stores under 64 goroutines without HTTP
 # (about 2 minutes in all; needs redis-server).
-## bench-discovery: lease+release over loopback HTTP on the in-memory and the Redis store, 2 discovery processes on one Redis, the lease index (about 2 min; needs redis-server)
+# Then the Redis topologies (single, Sentinel with and without WAIT, a 3-primary Cluster) and
+# 1 against 3 discovery processes on one Cluster (about 1 min more; needs redis-sentinel).
+## bench-discovery: lease+release over loopback HTTP on the in-memory and the Redis store, 2 discovery processes on one Redis, Sentinel and Cluster, 3 processes on one Cluster, the lease index (about 3 min; needs redis-server, redis-sentinel)
 bench-discovery:
-	$(GO) test -run '^$$' -bench 'BenchmarkDiscoveryLease|BenchmarkDiscoveryRedisReplicas' -benchtime 3x -timeout 20m ./server/discovery/
+	$(GO) test -run '^$$' -bench 'BenchmarkDiscoveryLease|BenchmarkDiscoveryRedisReplicas|BenchmarkDiscoveryRedisTopologies|BenchmarkDiscoveryClusterReplicas' -benchtime 3x -timeout 20m ./server/discovery/
 	$(GO) test -run '^$$' -bench BenchmarkAcquireRelease -benchtime 1s ./lease/ ./lease/redisstore/
+
+# bench-gateway: the same clients through the gateway and straight to the same mock upstream
+# (with its credential), in one run: 64 clients of small GETs, 64 opening CONNECT tunnels, 16
+# fetching 1 MiB bodies; phases alternate twice, GATEWAY_BENCH_SECONDS each (default 3).
+## bench-gateway: gateway vs straight to the upstream: requests/s, CONNECTs/s, 1 MiB bytes/s, added p99 (about 40 s)
+bench-gateway:
+	$(GO) test -run '^$$' -bench BenchmarkGateway -benchtime 1x -timeout 10m ./server/gateway/
 
 # bench-crawl: one crawl job (4,000 URLs over 8 loopback sites, 6 strict; 16 workers; 16 mock
 # proxies) with the random, rotating and leases strategies, each on a fresh operator and farm,
 # at most 90 s each (about 5 minutes in all). Prints the table of docs/performance.md;
 # CRAWL_ARGS passes flags (go run ./test/crawl/cmd/crawlbench -h). make test runs a short version.
 CRAWL_ARGS ?= -v
-## bench-crawl: one crawl job with the random, rotating and leases strategies (about 5 minutes)
+## bench-crawl: one crawl job with the random, rotating, leases and gateway strategies (about 7 minutes)
 bench-crawl:
 	$(GO) run ./test/crawl/cmd/crawlbench $(CRAWL_ARGS)
 

@@ -16,6 +16,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/providers"
 	"github.com/proxy-operator/proxy-operator/providers/factory"
 	"github.com/proxy-operator/proxy-operator/server/discovery"
+	"github.com/proxy-operator/proxy-operator/server/gateway"
 	"github.com/proxy-operator/proxy-operator/server/hooks"
 )
 
@@ -33,6 +34,9 @@ type Config struct {
 	GC        GCConfig
 	Kube      KubeConfig
 	Quality   QualityConfig
+	// Gateway is the crawlers' proxy gateway (server/gateway), served on Gateway.Addr beside
+	// the discovery API over the same lease store and tokens; an empty Addr: none.
+	Gateway gateway.Config
 
 	// FleetWarmup is the time after start before the fleet view is trusted as complete
 	// (0 is a valid value: trusted at once).
@@ -116,11 +120,17 @@ type LeaseConfig struct {
 	Cooldown    time.Duration
 	BanCooldown time.Duration
 	MaxCooldown time.Duration
-	// Store, when set, is the URL of a Redis (redis:// or rediss://) that keeps leases,
-	// cooldowns and sessions, and to which the fleet and health are published for discovery
-	// replicas; empty: the in-memory store. PasswordFile holds its password.
+	// Store, when set, is the URL of a Redis (redis://, redis+sentinel://, redis+cluster://,
+	// rediss for TLS: see redisstore.ClientConfig) that keeps leases, cooldowns and sessions,
+	// and to which the fleet and health are published for discovery replicas; empty: the
+	// in-memory store. PasswordFile holds its password.
 	Store        string
 	PasswordFile string
+	// CAFile verifies a rediss store's servers; CertFile and KeyFile are the client
+	// certificate. WaitReplicas, above 0, makes every change wait for that many replicas
+	// (redisstore.Config.WaitReplicas).
+	CAFile, CertFile, KeyFile string
+	WaitReplicas              int
 	// Observe, when set, sees every change of the lease store under its lock (tests; the
 	// in-memory store only).
 	Observe func(lease.Event)
@@ -206,6 +216,7 @@ func Defaults() Config {
 		Lease:     DefaultLease(),
 		Health:    HealthConfig{Workers: health.DefaultWorkers, ResyncQPS: health.DefaultResyncQPS},
 		GC:        GCConfig{Interval: gc.DefaultInterval, MinAge: gc.DefaultMinAge, MaxDeletions: 20},
+		Gateway:   gateway.DefaultConfig(),
 		Quality: QualityConfig{ExitInterval: health.DefaultExitInterval, ScoreHalfLife: health.DefaultScoreHalfLife,
 			SlowProbe: health.DefaultSlowProbe},
 		FleetWarmup:   3 * time.Minute,
@@ -245,6 +256,7 @@ func (c Config) withDefaults() Config {
 	orDuration(&c.Hooks.ProviderTimeout, d.Hooks.ProviderTimeout)
 	orDuration(&c.ShutdownGrace, d.ShutdownGrace)
 	c.Lease = c.Lease.withDefaults()
+	c.Gateway = c.Gateway.WithDefaults()
 	orDuration(&c.GC.MinAge, d.GC.MinAge)
 	return c
 }
@@ -275,7 +287,13 @@ func (c Config) Validate() error {
 	if c.GC.Interval < 0 || c.GC.MinAge <= 0 {
 		return fmt.Errorf("-gc-interval must not be negative, -gc-min-age must be positive")
 	}
-	return c.Quality.Validate()
+	if err := c.Quality.Validate(); err != nil {
+		return err
+	}
+	if c.Gateway.Addr != "" {
+		return c.Gateway.Validate()
+	}
+	return nil
 }
 
 // Validate says which lease setting is out of range.

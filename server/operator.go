@@ -33,6 +33,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/providers"
 	"github.com/proxy-operator/proxy-operator/providers/factory"
 	"github.com/proxy-operator/proxy-operator/server/discovery"
+	"github.com/proxy-operator/proxy-operator/server/gateway"
 	"github.com/proxy-operator/proxy-operator/server/hooks"
 	"github.com/proxy-operator/proxy-operator/server/hooks/membudget"
 	"github.com/proxy-operator/proxy-operator/server/hooks/poolhook"
@@ -62,6 +63,8 @@ type Operator struct {
 	echoSrv          *http.Server // nil without Quality.EchoAddr
 	echoLn           net.Listener
 	geo              *geoip.Resolver
+	gwSrv            *http.Server // nil without -gateway-addr
+	gwLn             net.Listener
 }
 
 // Run builds the operator from c (New) and serves it until ctx ends (Operator.Run).
@@ -140,6 +143,13 @@ func New(cfg Config) (_ *Operator, err error) {
 	if o.discLn, err = net.Listen("tcp", cfg.Discovery.Addr); err != nil {
 		return nil, fmt.Errorf("discovery listener: %w", err)
 	}
+	own := []string{o.HookAddr(), o.DiscoveryAddr(), cfg.Hooks.Addr, cfg.Discovery.Addr}
+	if cfg.Gateway.Addr != "" {
+		if o.gwLn, err = net.Listen("tcp", cfg.Gateway.Addr); err != nil {
+			return nil, fmt.Errorf("gateway listener: %w", err)
+		}
+		own = append(own, o.gwLn.Addr().String(), cfg.Gateway.Addr)
+	}
 	var loopbackProviders []string
 	for _, e := range o.providers.Entries() {
 		if e.Type == "mock" {
@@ -147,7 +157,7 @@ func New(cfg Config) (_ *Operator, err error) {
 		}
 	}
 	egress, err := netpolicy.New(netpolicy.Config{AllowLoopback: cfg.Egress.AllowLoopback, LoopbackProviders: loopbackProviders,
-		ExternalCIDRs: cfg.Egress.ExternalCIDRs, OwnListeners: []string{o.HookAddr(), o.DiscoveryAddr(), cfg.Hooks.Addr, cfg.Discovery.Addr}})
+		ExternalCIDRs: cfg.Egress.ExternalCIDRs, OwnListeners: own})
 	if err != nil {
 		return nil, err
 	}
@@ -242,8 +252,8 @@ func New(cfg Config) (_ *Operator, err error) {
 		o.store = o.redis.store
 		disc.Fleet, disc.Health = o.redis.reader, o.redis.reader
 	}
-	// The ProxyPool controller's hooks read the lease store's view of each pool's members; a
-	// store without that view (Redis today) leaves pools sized by spec and rotated by age only.
+	// The ProxyPool controller's hooks read the lease store's view of each pool's members
+	// (both stores have it; with Redis it is what every replica granted and refused).
 	h.Pools = &poolhook.Hooks{Log: log.With("component", "pools"), Metrics: poolhook.NewMetrics(reg)}
 	if pl, ok := o.store.(lease.PoolLoad); ok {
 		h.Pools.Load = pl
@@ -273,6 +283,14 @@ func New(cfg Config) (_ *Operator, err error) {
 
 	o.hookSrv = h.Server()
 	o.discSrv = disc.Server("")
+	if o.gwLn != nil {
+		gw := &gateway.Gateway{Leases: o.store, Fleet: disc.Fleet, Tokens: tokens, Insecure: cfg.Discovery.Insecure,
+			Log: log.With("component", "gateway"), Registerer: reg}
+		if err := cfg.Gateway.Apply(gw); err != nil {
+			return nil, err
+		}
+		o.gwSrv, o.gwLn = gw.Server(), gw.Listener(o.gwLn)
+	}
 	return o, nil
 }
 
@@ -322,7 +340,7 @@ func (o *Operator) close() {
 		o.events.Shutdown()
 		o.events = nil
 	}
-	for _, ln := range []net.Listener{o.hookLn, o.discLn, o.echoLn} {
+	for _, ln := range []net.Listener{o.hookLn, o.discLn, o.echoLn, o.gwLn} {
 		if ln != nil {
 			_ = ln.Close()
 		}
@@ -355,6 +373,14 @@ func (o *Operator) EchoAddr() string {
 	return o.echoLn.Addr().String()
 }
 
+// GatewayAddr is the bound address of the gateway listener ("" without one).
+func (o *Operator) GatewayAddr() string {
+	if o.gwLn == nil {
+		return ""
+	}
+	return o.gwLn.Addr().String()
+}
+
 // Fleet is the process's fleet view.
 func (o *Operator) Fleet() *fleet.View { return o.fleet }
 
@@ -381,7 +407,7 @@ func (o *Operator) Run(ctx context.Context) error {
 	defer cancel()
 	defer o.close()
 	log := o.log
-	log.Info("listening", "hooks", o.HookAddr(), "discovery", o.DiscoveryAddr())
+	log.Info("listening", "hooks", o.HookAddr(), "discovery", o.DiscoveryAddr(), "gateway", o.GatewayAddr())
 
 	// Background loops return nil when ctx ends; an early return is a failure of the process.
 	background := []func(context.Context) error{o.sched.Run, o.store.Run, o.geo.Run}
@@ -402,6 +428,9 @@ func (o *Operator) Run(ctx context.Context) error {
 		log.Info("echo listening", "addr", o.EchoAddr())
 		go func() { errc <- fmt.Errorf("echo server: %w", o.echoSrv.Serve(o.echoLn)) }()
 	}
+	if o.gwSrv != nil {
+		go func() { errc <- fmt.Errorf("gateway server: %w", o.gwSrv.Serve(o.gwLn)) }()
+	}
 	waitLoops := startLoops(ctx, errc, background)
 
 	var runErr error
@@ -414,14 +443,20 @@ func (o *Operator) Run(ctx context.Context) error {
 	// leases while the hooks drain (or the reverse).
 	sctx, scancel := context.WithTimeout(context.Background(), o.cfg.ShutdownGrace)
 	defer scancel()
-	var hookErr, discErr error
+	var hookErr, discErr, gwErr error
 	var stopping sync.WaitGroup
 	stopping.Go(func() { hookErr = o.hookSrv.Shutdown(sctx) })
 	stopping.Go(func() { discErr = o.discSrv.Shutdown(sctx) })
 	if o.echoSrv != nil {
 		stopping.Go(func() { _ = o.echoSrv.Shutdown(sctx) })
 	}
+	if o.gwSrv != nil {
+		stopping.Go(func() { gwErr = o.gwSrv.Shutdown(sctx) })
+	}
 	stopping.Wait()
+	if gwErr != nil && runErr == nil {
+		runErr = fmt.Errorf("gateway server shutdown: %w", gwErr)
+	}
 	if hookErr != nil && runErr == nil {
 		runErr = fmt.Errorf("hook server shutdown: %w", hookErr)
 	}

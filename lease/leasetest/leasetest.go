@@ -66,6 +66,9 @@ func Run(t *testing.T, f Factory) {
 		{"ManyBuckets", testManyBuckets},
 		{"LeaseCarriesTheRecord", testLeaseRecord},
 		{"OneHolderPerProxyAndTarget", testOneHolder},
+		{"AvoidRotates", testAvoid},
+		{"NamespacesLimitTheLease", testNamespaces},
+		{"PoolLoad", testPoolLoad},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, f) })
 	}
@@ -81,6 +84,7 @@ type fixture struct {
 
 // Spec describes one proxy: healthy with the given latency unless Unhealthy.
 type spec struct {
+	ns        string // default "ns"
 	name      string
 	attrs     map[string]string
 	max       int32
@@ -108,7 +112,11 @@ func newFixtureEnv(t *testing.T, f Factory, maxSessions int, specs ...spec) *fix
 
 // put adds or replaces a proxy (the caller syncs).
 func (fx *fixture) put(s spec) {
-	p := fleet.Proxy{Key: "ns/" + s.name, UID: s.name, IP: "10.0.0.1", Port: 3128, Attributes: s.attrs, MaxLeases: s.max, Deleting: s.deleting}
+	ns := s.ns
+	if ns == "" {
+		ns = "ns"
+	}
+	p := fleet.Proxy{Key: ns + "/" + s.name, UID: s.name, IP: "10.0.0.1", Port: 3128, Attributes: s.attrs, MaxLeases: s.max, Deleting: s.deleting}
 	if s.noIP {
 		p.IP = ""
 	}
@@ -741,4 +749,110 @@ func testOneHolder(t *testing.T, f Factory) {
 	fx.put(spec{name: "a", max: 4, latency: 1})
 	fx.h.Sync(t)
 	step("t.example", "ns/a")
+}
+
+// testAvoid: avoided proxies are passed over while another fits, and granted when none does.
+func testAvoid(t *testing.T, f Factory) {
+	ctx := context.Background()
+	fx := newFixture(t, f, spec{name: "a", max: 4, latency: 1}, spec{name: "b", max: 4, latency: 2},
+		spec{name: "c", max: 4, latency: 3}, spec{name: "d", max: 4, unhealthy: true})
+	for _, tc := range []struct {
+		avoid []string
+		want  string
+	}{
+		{nil, "ns/a"},
+		{[]string{"ns/a"}, "ns/b"},
+		{[]string{"ns/a", "ns/b"}, "ns/c"},
+		{[]string{"ns/b", "ns/a", "ns/c"}, "ns/a"}, // none else fits: the best avoided one
+		{[]string{"ns/a", "ns/b", "ns/c", "ns/d"}, "ns/a"},
+	} {
+		l := fx.mustAcquire(t, lease.Request{Target: "t.example", Avoid: tc.avoid})
+		if l.Proxy.Key != tc.want {
+			t.Errorf("avoiding %v: lease on %s, want %s", tc.avoid, l.Proxy.Key, tc.want)
+		}
+		if err := fx.h.Store.Release(ctx, l.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// testNamespaces: a request limited to namespaces (a scoped token's lease rights) is granted
+// only proxies in them, and its refusal counts only those proxies, even where another
+// namespace's proxies carry the same attributes.
+func testNamespaces(t *testing.T, f Factory) {
+	fx := newFixture(t, f, spec{ns: "a", name: "p", attrs: eu, max: 1, latency: 10}, spec{ns: "b", name: "p", attrs: eu, max: 1, latency: 20})
+	for range 2 {
+		_, err := fx.acquire(t, lease.Request{Selector: eu, Namespaces: []string{"b"}})
+		if err == nil {
+			continue
+		}
+		var nm *lease.NoMatchError
+		if !errors.As(err, &nm) || *nm != (lease.NoMatchError{Matching: 1, AtCapacity: 1}) {
+			t.Errorf("second lease in b: %v, want 1 matching at capacity", err)
+		}
+	}
+	if got := active(t, fx.h.Store); !cmp.Equal(got, map[string]int{"b/p": 1}) {
+		t.Errorf("active %v, want only b/p leased", got)
+	}
+	if got := fx.mustAcquire(t, lease.Request{Selector: eu}).Proxy.Key; got != "a/p" {
+		t.Errorf("unlimited lease on %s, want a/p", got)
+	}
+	if _, err := fx.acquire(t, lease.Request{Selector: eu, Namespaces: []string{}}); !errors.Is(err, lease.ErrNoMatch) {
+		t.Errorf("lease with no namespaces: %v, want no match", err)
+	}
+}
+
+// testPoolLoad: a store that implements lease.PoolLoad reports each member's leases and
+// cooling targets, and counts a refusal for capacity once per pool, keyed by namespace and
+// pool: the same pool name in another namespace keeps its own count.
+func testPoolLoad(t *testing.T, f Factory) {
+	ctx := context.Background()
+	web := map[string]string{"pool": "web"}
+	fx := newFixture(t, f, spec{name: "w1", attrs: web, max: 1}, spec{name: "w2", attrs: web, max: 2},
+		spec{ns: "other", name: "w1", attrs: web, max: 1})
+	pl, ok := fx.h.Store.(lease.PoolLoad)
+	if !ok {
+		t.Skip("the store has no pool view")
+	}
+	scoped := lease.Request{Selector: web, Namespaces: []string{"ns"}}
+	l := fx.mustAcquire(t, scoped)
+	if _, err := fx.h.Store.Report(ctx, l.ID, lease.Report{Result: lease.ResultBanned, Target: "x.example"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fx.h.Store.Report(ctx, l.ID, lease.Report{Result: lease.ResultRateLimited, Target: "y.example"}); err != nil {
+		t.Fatal(err)
+	}
+	fx.mustAcquire(t, scoped)
+	fx.mustAcquire(t, scoped)
+	for range 2 {
+		if _, err := fx.acquire(t, scoped); !errors.Is(err, lease.ErrNoMatch) {
+			t.Fatalf("lease on a full pool: %v", err)
+		}
+	}
+	q := lease.PoolQuery{Namespace: "ns", Pool: "web", Members: []string{"ns/w1", "ns/w2"}}
+	got, err := pl.PoolLoad(ctx, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cooling := map[string]int{l.Proxy.Key: 2}
+	want := lease.PoolView{Active: map[string]int{"ns/w1": 1, "ns/w2": 2}, Cooling: cooling, Denied: 2}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("pool view mismatch (-want +got):\n%s", d)
+	}
+	other, err := pl.PoolLoad(ctx, lease.PoolQuery{Namespace: "other", Pool: "web", Members: []string{"other/w1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(lease.PoolView{Active: map[string]int{}, Cooling: map[string]int{}}, other); d != "" {
+		t.Errorf("the same pool name in another namespace (-want +got):\n%s", d)
+	}
+	// Cooldowns over are no longer counted.
+	fx.clock.Advance(lease.DefaultBannedCooldown)
+	got, err = pl.PoolLoad(ctx, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Cooling) != 0 {
+		t.Errorf("cooling after every cooldown ended: %v, want none", got.Cooling)
+	}
 }

@@ -1,5 +1,5 @@
 // Command crawlbench runs the crawl benchmark (`make bench-crawl`): the same job with the
-// random, rotating and leases strategies against the loopback farm, each on a fresh operator,
+// random, rotating, leases and gateway strategies against the loopback farm, each on a fresh operator,
 // and prints a Markdown table of what each achieved, then the farm's counters per site.
 package main
 
@@ -42,7 +42,7 @@ func main() {
 	flag.DurationVar(&cfg.SlowDelay, "slow-delay", cfg.SlowDelay, "delay of answers to slow proxies")
 	flag.IntVar(&cfg.PagesPerLease, "pages-per-lease", cfg.PagesPerLease, "lease strategies take a fresh lease after this many pages (0: hold it until a 429 or 403)")
 	flag.DurationVar(&cfg.SlowProbe, "slow-probe", cfg.SlowProbe, "operator -score-slow-probe (0: its default)")
-	strategies := flag.String("strategies", cmp.Or(strings.Join(cfg.Strategies, ","), "random,rotating,leases"), "strategies to run, comma-separated (random, rotating, leases, leases-unscored)")
+	strategies := flag.String("strategies", cmp.Or(strings.Join(cfg.Strategies, ","), "random,rotating,leases,gateway"), "strategies to run, comma-separated (random, rotating, leases, gateway, leases-unscored)")
 	verbose := flag.Bool("v", false, "print the farm's counters per site for each strategy")
 	flag.Parse()
 	cfg.Strategies = strings.Split(*strategies, ",")
