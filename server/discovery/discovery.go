@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/proxy-operator/proxy-operator/client"
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
 	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
 	"github.com/proxy-operator/proxy-operator/lease"
@@ -212,7 +213,7 @@ func (d *Discovery) serve(h httpx.HandlerFunc) http.HandlerFunc {
 			return nil
 		case errors.As(err, &nm):
 			d.requests.WithLabelValues("no_match").Inc()
-			httpx.WriteJSON(w, http.StatusConflict, noMatchJSON{
+			httpx.WriteJSON(w, http.StatusConflict, client.ErrorBody{
 				Error: nm.Reason(), Matching: nm.Matching, Unhealthy: nm.Unhealthy,
 				AtCapacity: nm.AtCapacity, CoolingForTarget: nm.Cooling, LeasedForTarget: nm.LeasedForTarget, Target: nm.Target,
 			})
