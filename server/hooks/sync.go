@@ -306,7 +306,8 @@ func (h *Hooks) record(log *slog.Logger, p *v1.Proxy, d lifecycle.Decision, cred
 		Deleting:    p.DeletionTimestamp != nil || d.Status.Phase == v1.PhaseDeleting,
 		Credentials: creds,
 		// A pool drains a member by labelling it; the lease store then grants it no lease.
-		Draining: p.Labels[v1.PoolDrainingLabel] == "true",
-		Verify:   p.Spec.Verify,
+		Draining:        p.Labels[v1.PoolDrainingLabel] == "true",
+		AwaitingVerdict: d.ProbeIP != "",
+		Verify:          p.Spec.Verify,
 	})
 }
