@@ -21,6 +21,7 @@ import (
 
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/health"
+	"github.com/proxy-operator/proxy-operator/health/geoip"
 	"github.com/proxy-operator/proxy-operator/health/mark"
 	"github.com/proxy-operator/proxy-operator/internal/events"
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
@@ -60,6 +61,9 @@ type Operator struct {
 
 	hookSrv, discSrv *http.Server
 	hookLn, discLn   net.Listener
+	echoSrv          *http.Server // nil without Quality.EchoAddr
+	echoLn           net.Listener
+	geo              *geoip.Resolver
 	gwSrv            *http.Server // nil without -gateway-addr
 	gwLn             net.Listener
 }
@@ -122,6 +126,7 @@ func New(cfg Config) (_ *Operator, err error) {
 		return nil, err
 	}
 	o.buildPoolHooks(h, reg)
+	o.buildOutcomes(disc)
 	if err := o.buildGC(reg); err != nil {
 		return nil, err
 	}
@@ -223,8 +228,8 @@ func (o *Operator) buildEgress(own []string) (*netpolicy.Policy, error) {
 		ExternalCIDRs: o.cfg.Egress.ExternalCIDRs, OwnListeners: own})
 }
 
-// buildHealth builds the fleet view, the prober and its scheduler, and with a cluster the
-// health mark and the Event recorder.
+// buildHealth builds the fleet view, the prober, the GeoIP resolver, the echo listener (with
+// Quality.EchoAddr) and the scheduler, and with a cluster the health mark and the Event recorder.
 func (o *Operator) buildHealth(reg prometheus.Registerer, egress *netpolicy.Policy) (err error) {
 	cfg, log := o.cfg, o.log
 	o.fleet = fleet.New(time.Now, cfg.FleetWarmup)
@@ -233,8 +238,20 @@ func (o *Operator) buildHealth(reg prometheus.Registerer, egress *netpolicy.Poli
 	if hlog == nil {
 		hlog = log.With("component", "health")
 	}
+	q := cfg.Quality
+	if o.geo, err = geoip.Open(geoip.Config{CountryPath: q.GeoIPDB, ASNPath: q.ASNDB, Log: log.With("component", "geoip")}); err != nil {
+		return fmt.Errorf("-geoip-db/-asn-db: %w", err)
+	}
+	if q.EchoAddr != "" {
+		if o.echoLn, err = net.Listen("tcp", q.EchoAddr); err != nil {
+			return fmt.Errorf("echo listener: %w", err)
+		}
+		o.echoSrv = &http.Server{Handler: health.EchoHandler(), ReadHeaderTimeout: 5 * time.Second,
+			ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second, IdleTimeout: 30 * time.Second, MaxHeaderBytes: 8 << 10}
+	}
 	if o.sched, err = health.New(health.Config{View: o.fleet, Prober: o.prober, Workers: cfg.Health.Workers,
-		Registerer: reg, FleetDurationOnly: cfg.Health.DurationFleetOnly, Log: hlog, OnTransition: o.notifyTransition}); err != nil {
+		Registerer: reg, FleetDurationOnly: cfg.Health.DurationFleetOnly, Log: hlog, OnTransition: o.notifyTransition,
+		ExitURL: q.ExitURL, ExitInterval: q.ExitInterval, Geo: o.geo, ScoreHalfLife: q.ScoreHalfLife, SlowProbe: q.SlowProbe}); err != nil {
 		return err
 	}
 	if o.kube != nil {
@@ -292,8 +309,8 @@ func (o *Operator) buildDiscovery(reg prometheus.Registerer, tokens *access.Toke
 		Log: o.log.With("component", "discovery"), Registerer: reg, MaxTTL: o.cfg.Lease.MaxTTL}
 }
 
-// buildLeases builds the lease store, in memory or in Redis (-lease-store), and hands it to
-// discovery.
+// buildLeases builds the lease store, in memory or in Redis (-lease-store); with Redis,
+// discovery reads the fleet published there.
 func (o *Operator) buildLeases(disc *discovery.Discovery, egress *netpolicy.Policy) (err error) {
 	cfg := o.cfg
 	if cfg.Lease.Store == "" {
@@ -303,6 +320,7 @@ func (o *Operator) buildLeases(disc *discovery.Discovery, egress *netpolicy.Poli
 			BannedCooldown:      cfg.Lease.BanCooldown,
 			MaxCooldown:         cfg.Lease.MaxCooldown,
 			Observe:             cfg.Lease.Observe,
+			PreferBand:          !cfg.Quality.IgnoreBand,
 			Admit: func(p fleet.Proxy) error {
 				return egress.CheckHost(p.IP, uint16(p.Port), netpolicy.Dest{External: p.Mode == v1.ModeExternal, Provider: p.Provider})
 			},
@@ -318,7 +336,6 @@ func (o *Operator) buildLeases(disc *discovery.Discovery, egress *netpolicy.Poli
 		o.store = o.redis.store
 		disc.Fleet, disc.Health = o.redis.reader, o.redis.reader
 	}
-	disc.Leases = o.store
 	return nil
 }
 
@@ -333,6 +350,16 @@ func (o *Operator) buildPoolHooks(h *hooks.Hooks, reg prometheus.Registerer) {
 	if o.events != nil {
 		h.Pools.Events = o.events // scale and rotation decisions as Events on the pool
 	}
+}
+
+// buildOutcomes wraps the lease store so crawlers' reports (and the gateway's, through the
+// store) feed the quality score, and hands the wrapped store to discovery. The pool hooks
+// keep the bare store: they read its load, they never report.
+func (o *Operator) buildOutcomes(disc *discovery.Discovery) {
+	o.store = lease.WithOutcomes(o.store, func(proxy string, r lease.Result) {
+		o.sched.Report(proxy, reportOutcome(r), time.Now())
+	})
+	disc.Leases = o.store
 }
 
 // buildGC builds the orphan collector when -gc-interval is set.
@@ -392,6 +419,17 @@ func (o *Operator) connect() error {
 	return nil
 }
 
+// reportOutcome is how the score weighs a lease report.
+func reportOutcome(r lease.Result) health.Outcome {
+	switch r {
+	case lease.ResultBanned:
+		return health.OutcomeBanned
+	case lease.ResultRateLimited:
+		return health.OutcomeRateLimited
+	}
+	return health.OutcomeOK
+}
+
 // notifyTransition hands a verdict transition to the health annotation, when there is one.
 func (o *Operator) notifyTransition(key string, _ lifecycle.Health) {
 	if o.marker != nil {
@@ -405,7 +443,7 @@ func (o *Operator) close() {
 		o.events.Shutdown()
 		o.events = nil
 	}
-	for _, ln := range []net.Listener{o.hookLn, o.discLn, o.gwLn} {
+	for _, ln := range []net.Listener{o.hookLn, o.discLn, o.echoLn, o.gwLn} {
 		if ln != nil {
 			_ = ln.Close()
 		}
@@ -429,6 +467,14 @@ func (o *Operator) HookAddr() string { return o.hookLn.Addr().String() }
 
 // DiscoveryAddr is the bound address of the discovery API listener.
 func (o *Operator) DiscoveryAddr() string { return o.discLn.Addr().String() }
+
+// EchoAddr is the bound address of the echo listener ("" without one).
+func (o *Operator) EchoAddr() string {
+	if o.echoLn == nil {
+		return ""
+	}
+	return o.echoLn.Addr().String()
+}
 
 // GatewayAddr is the bound address of the gateway listener ("" without one).
 func (o *Operator) GatewayAddr() string {
@@ -467,7 +513,7 @@ func (o *Operator) Run(ctx context.Context) error {
 	log.Info("listening", "hooks", o.HookAddr(), "discovery", o.DiscoveryAddr(), "gateway", o.GatewayAddr())
 
 	// Background loops return nil when ctx ends; an early return is a failure of the process.
-	background := []func(context.Context) error{o.sched.Run, o.store.Run}
+	background := []func(context.Context) error{o.sched.Run, o.store.Run, o.geo.Run}
 	if o.redis != nil {
 		background = append(background, o.redis.pub.Run, o.redis.reader.Run)
 	}
@@ -481,6 +527,10 @@ func (o *Operator) Run(ctx context.Context) error {
 	errc := make(chan error, 3+len(background))
 	go func() { errc <- fmt.Errorf("hook server: %w", o.hookSrv.Serve(o.hookLn)) }()
 	go func() { errc <- fmt.Errorf("discovery server: %w", o.discSrv.Serve(o.discLn)) }()
+	if o.echoSrv != nil {
+		log.Info("echo listening", "addr", o.EchoAddr())
+		go func() { errc <- fmt.Errorf("echo server: %w", o.echoSrv.Serve(o.echoLn)) }()
+	}
 	if o.gwSrv != nil {
 		go func() { errc <- fmt.Errorf("gateway server: %w", o.gwSrv.Serve(o.gwLn)) }()
 	}
@@ -500,6 +550,9 @@ func (o *Operator) Run(ctx context.Context) error {
 	var stopping sync.WaitGroup
 	stopping.Go(func() { hookErr = o.hookSrv.Shutdown(sctx) })
 	stopping.Go(func() { discErr = o.discSrv.Shutdown(sctx) })
+	if o.echoSrv != nil {
+		stopping.Go(func() { _ = o.echoSrv.Shutdown(sctx) })
+	}
 	if o.gwSrv != nil {
 		stopping.Go(func() { gwErr = o.gwSrv.Shutdown(sctx) })
 	}
