@@ -111,6 +111,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Float64Var(&c.HealthMarkQPS, "health-mark-qps", healthmark.DefaultQPS, "health annotation patches per second (each makes Metacontroller sync that Proxy at once)")
 	fs.StringVar(&c.LeaseStore, "lease-store", "", leaseStoreUsage+"; empty: in memory")
 	fs.StringVar(&c.LeaseStorePasswordFile, "lease-store-password-file", "", leaseStorePasswordUsage)
+	// The first crawl: a demo fleet without a cluster.
+	fs.IntVar(&c.DemoProxies, "demo-proxies", 0, "define this many mock Proxies in process (namespace demo, attributes demo=true,geo=local) and sync them through the own hooks, playing Metacontroller, so the discovery API has leasable proxies without a cluster (make run: 3; needs no Kubernetes client)")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}

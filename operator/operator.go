@@ -131,6 +131,11 @@ type Config struct {
 	// HealthMarkQPS bounds the health annotation patches (0: healthmark.DefaultQPS).
 	HealthMarkQPS float64
 
+	// DemoProxies, when positive, is the size of a demo fleet: mock Proxies the process defines
+	// itself and syncs through its own hooks, playing Metacontroller's loop (demo.go). Only
+	// without a Kubernetes client.
+	DemoProxies int
+
 	// Log receives the process log (nil: discarded). HealthLog, when set, receives the
 	// prober's log instead of Log.
 	Log       *slog.Logger
@@ -313,6 +318,9 @@ func New(cfg Config) (_ *Operator, err error) {
 	}
 
 	if err := o.connect(); err != nil {
+		return nil, err
+	}
+	if err := o.checkDemo(); err != nil {
 		return nil, err
 	}
 
@@ -518,6 +526,9 @@ func (o *Operator) Run(ctx context.Context) error {
 	}
 	if o.marker != nil {
 		background = append(background, o.marker.Run)
+	}
+	if o.cfg.DemoProxies > 0 {
+		background = append(background, o.runDemo)
 	}
 	// Room for every server's and loop's error, so none blocks after the first is taken.
 	errc := make(chan error, 2+len(background))

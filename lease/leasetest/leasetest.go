@@ -184,10 +184,10 @@ func testAcquirePicks(t *testing.T, f Factory) {
 			wantErr: &lease.NoMatchError{},
 		},
 		{
-			name:    "counts why",
-			specs:   []spec{{name: "a", attrs: eu, max: 1}, {name: "b", attrs: eu, max: 0}, {name: "c", attrs: eu, max: 3, unhealthy: true}, {name: "d", attrs: us, max: 3}},
-			held:    []string{"ns/a"},
-			req:     lease.Request{Selector: eu},
+			name:  "counts why",
+			specs: []spec{{name: "a", attrs: eu, max: 1}, {name: "b", attrs: eu, max: 0}, {name: "c", attrs: eu, max: 3, unhealthy: true}, {name: "d", attrs: us, max: 3}},
+			held:  []string{"ns/a"},
+			req:   lease.Request{Selector: eu},
 			// a's lease (a minute from the fixture's start) is the first to end.
 			wantErr: &lease.NoMatchError{Matching: 3, Unhealthy: 1, AtCapacity: 2, FreeAt: time.Date(2026, 1, 1, 0, 1, 0, 0, time.UTC)},
 		},
