@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 # Build: make docker-build IMG=registry.example.com/proxy-operator:tag
 # Stage 1 builds a static binary; stage 2 is distroless static, running as the nonroot user
-# (65532), which is what metacontroller/deployment.yaml's securityContext expects.
+# (65532), which is what metacontroller/install/deployment.yaml's securityContext expects.
 FROM golang:1.27.3 AS build
 WORKDIR /src
 # Modules first, so a source-only change reuses the download layer.

@@ -51,19 +51,19 @@ test-python:
 	cd clients/python && PYTHONDONTWRITEBYTECODE=1 GO="$(GO)" $(PYTHON) -m pytest -q -p no:cacheprovider
 
 # The install kustomization gets its own copy of the CRD: kustomize refuses files outside its root.
-## generate: crds/ and metacontroller/crd.yaml from api/v1alpha1 (controller-gen)
+## generate: crds/ and metacontroller/install/crd.yaml from api/v1alpha1 (controller-gen)
 generate:
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=crds
-	cp crds/crawl.example.com_proxies.yaml metacontroller/crd.yaml
-	cp crds/crawl.example.com_proxypools.yaml metacontroller/crd-proxypools.yaml
+	cp crds/crawl.example.com_proxies.yaml metacontroller/install/crd.yaml
+	cp crds/crawl.example.com_proxypools.yaml metacontroller/install/crd-proxypools.yaml
 
 # verify fails when the committed CRD is stale, code is unformatted or vet complains.
 ## verify: generated CRDs unchanged, gofmt clean, go vet clean, layering (no domain package imports chi or server/)
 verify: generate
-	@git diff --exit-code -- crds/ metacontroller/crd.yaml metacontroller/crd-proxypools.yaml || (echo "crds/, metacontroller/crd.yaml or metacontroller/crd-proxypools.yaml is stale: run 'make generate' and commit" && exit 1)
+	@git diff --exit-code -- crds/ metacontroller/install/crd.yaml metacontroller/install/crd-proxypools.yaml || (echo "crds/, metacontroller/install/crd.yaml or metacontroller/install/crd-proxypools.yaml is stale: run 'make generate' and commit" && exit 1)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1)
 	$(GO) vet ./...
-	$(GO) test -count=1 -run '^(TestLayering|TestMainIsFlagsAndDispatch)$$' .
+	$(GO) test -count=1 -run '^(TestLayering|TestMainIsFlagsAndDispatch)$$' ./test/
 
 ## bench: every benchmark, 2 s each
 bench:
@@ -88,11 +88,11 @@ bench-discovery:
 # bench-crawl: one crawl job (4,000 URLs over 8 loopback sites, 6 strict; 16 workers; 16 mock
 # proxies) with the random, rotating and leases strategies, each on a fresh operator and farm,
 # at most 90 s each (about 5 minutes in all). Prints the table of docs/performance.md;
-# CRAWL_ARGS passes flags (go run ./bench/crawl/cmd/crawlbench -h). make test runs a short version.
+# CRAWL_ARGS passes flags (go run ./test/crawl/cmd/crawlbench -h). make test runs a short version.
 CRAWL_ARGS ?= -v
 ## bench-crawl: one crawl job with the random, rotating and leases strategies (about 5 minutes)
 bench-crawl:
-	$(GO) run ./bench/crawl/cmd/crawlbench $(CRAWL_ARGS)
+	$(GO) run ./test/crawl/cmd/crawlbench $(CRAWL_ARGS)
 
 # fuzz runs every fuzz target in the module for FUZZTIME each, one after another (go test
 # -fuzz takes one target per run). CI runs it with FUZZTIME=10s; a crash is saved under the
@@ -109,20 +109,20 @@ fuzz:
 
 # load: the discovery API under 64 crawlers for LOAD_SECONDS (60) while probes flip health and
 # syncs arrive; prints p50/p99 of both servers (make test runs the same test for 5 s, with -race).
-# attack: the hostile-input suite (reliability/attack_test.go) against the operator binary in a
+# attack: the hostile-input suite (test/reliability/attack_test.go) against the operator binary in a
 # child process, each flood for ATTACK_SECONDS (60); prints peak RSS and the legitimate calls'
 # p99 per attack (make test runs it with 2 s floods).
 ATTACK_SECONDS ?= 60
 ## attack: the hostile-input suite against the operator binary, ATTACK_SECONDS per flood; peak RSS and p99
 attack:
-	ATTACK_SECONDS=$(ATTACK_SECONDS) $(GO) test -run '^(TestHostileInput|TestDiscoveryRefusesToStartWithoutToken)$$' -count=1 -v -timeout 30m ./reliability/
+	ATTACK_SECONDS=$(ATTACK_SECONDS) $(GO) test -run '^(TestHostileInput|TestDiscoveryRefusesToStartWithoutToken)$$' -count=1 -v -timeout 30m ./test/reliability/
 
 LOAD_SECONDS ?= 60
 ## load: the discovery API under 64 crawlers for LOAD_SECONDS while probes flip and syncs arrive
 load:
-	LOAD_SECONDS=$(LOAD_SECONDS) $(GO) test -run '^TestLoad$$' -count=1 -v -timeout 10m ./reliability/
+	LOAD_SECONDS=$(LOAD_SECONDS) $(GO) test -run '^TestLoad$$' -count=1 -v -timeout 10m ./test/reliability/
 
-# Needs a Docker engine; IMG names the image (default proxy-operator:dev, what metacontroller/ deploys).
+# Needs a Docker engine; IMG names the image (default proxy-operator:dev, what metacontroller/install/ deploys).
 ## docker-build: the container image IMG (needs a Docker engine)
 docker-build:
 	docker build -t $(IMG) .

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proxy-operator/proxy-operator/operator"
-	"github.com/proxy-operator/proxy-operator/replay"
+	"github.com/proxy-operator/proxy-operator/server"
+	"github.com/proxy-operator/proxy-operator/server/replay"
 )
 
 // TestReplaySubcommand: "replay" dispatches to the replay command, whatever flags follow.
@@ -31,16 +31,16 @@ func TestReplaySubcommand(t *testing.T) {
 	}
 }
 
-// boot parses args as the command line would, builds the operator through operator.New and
+// boot parses args as the command line would, builds the operator through server.New and
 // runs it until the test ends. It returns the bound hook and discovery addresses.
 func boot(t *testing.T, args ...string) (hook, disc string, stop func()) {
 	t.Helper()
-	o, err := parseFlags(args, io.Discard)
+	c, err := parseFlags(args, io.Discard, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	o.operator.Log = slog.New(slog.DiscardHandler)
-	op, err := operator.New(o.operator)
+	c.Log = slog.New(slog.DiscardHandler)
+	op, err := server.New(c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +170,7 @@ func TestHelpAndMistypes(t *testing.T) {
 		t.Errorf("mistyped subcommand: exit %d, %q", code, errOut.String())
 	}
 	err = dispatch(context.Background(), []string{"-log-level", "info", "replay"}, io.Discard, io.Discard)
-	if err == nil || !strings.Contains(err.Error(), "subcommands come first") {
+	if err == nil || !strings.Contains(err.Error(), "a subcommand comes first") {
 		t.Errorf("subcommand after flags: %v, want a hint that subcommands come first", err)
 	}
 	err = dispatch(context.Background(), []string{"frobnicate"}, io.Discard, io.Discard)

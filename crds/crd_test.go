@@ -382,6 +382,13 @@ func testRejections(t *testing.T, s *server) {
 		{"unknown mode", managed("x"), func(s map[string]any) { s["mode"] = "Hybrid" }, []string{`spec.mode: Unsupported value: "Hybrid"`, `"Managed"`, `"External"`}},
 		{"mode missing", managed("x"), func(s map[string]any) { delete(s, "mode") }, []string{"spec.mode: Required value"}},
 		{"negative maxLeases", managed("x"), func(s map[string]any) { s["maxLeases"] = -1 }, []string{"spec.maxLeases: Invalid value: -1", "greater than or equal to 0"}},
+		{"maxLeases above the ceiling", managed("x"), func(s map[string]any) { s["maxLeases"] = 1001 }, []string{"spec.maxLeases: Invalid value: 1001", "less than or equal to 1000"}},
+		{"attribute value too long", managed("x"), func(s map[string]any) {
+			s["attributes"] = map[string]any{"geo": strings.Repeat("v", 257)}
+		}, []string{"spec.attributes: Invalid value", "attribute names are 1-63 characters and values at most 256"}},
+		{"attribute name too long", managed("x"), func(s map[string]any) {
+			s["attributes"] = map[string]any{strings.Repeat("k", 64): "v"}
+		}, []string{"spec.attributes: Invalid value", "attribute names are 1-63 characters and values at most 256"}},
 		{"expected status code out of range", managed("x"), func(s map[string]any) {
 			s["healthCheck"] = map[string]any{"expectedStatusCodes": []int{200, 600}}
 		}, []string{"spec.healthCheck.expectedStatusCodes[1]: Invalid value: 600"}},

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proxy-operator/proxy-operator/netpolicy"
+	"github.com/proxy-operator/proxy-operator/internal/netpolicy"
 )
 
 // TestHTTPProberEgressPolicy is the SSRF through the probe (issue 10, item 6): the operator

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proxy-operator/proxy-operator/fleet"
-	"github.com/proxy-operator/proxy-operator/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/fleet"
+	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
 )
 
 // BenchmarkHealthRead measures what the discovery API pays per proxy on every list and

@@ -18,7 +18,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/proxy-operator/proxy-operator/netpolicy"
+	"github.com/proxy-operator/proxy-operator/internal/netpolicy"
 	"github.com/proxy-operator/proxy-operator/providers"
 )
 

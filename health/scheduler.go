@@ -15,9 +15,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
-	"github.com/proxy-operator/proxy-operator/fleet"
-	"github.com/proxy-operator/proxy-operator/lifecycle"
-	"github.com/proxy-operator/proxy-operator/netpolicy"
+	"github.com/proxy-operator/proxy-operator/internal/fleet"
+	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/netpolicy"
 )
 
 // DefaultWorkers bounds concurrent probes when Config.Workers is zero.

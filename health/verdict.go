@@ -3,7 +3,7 @@ package health
 import (
 	"time"
 
-	"github.com/proxy-operator/proxy-operator/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
 )
 
 // ewmaWeight is the weight of the newest probe in the latency average: a single slow probe

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proxy-operator/proxy-operator/fleet"
-	"github.com/proxy-operator/proxy-operator/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/fleet"
+	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
 )
 
 // TestCooldownsAreBounded is the cooldown flood (issue 10, item 1): one lease reporting

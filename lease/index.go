@@ -8,7 +8,7 @@ import (
 
 	"github.com/google/btree"
 
-	"github.com/proxy-operator/proxy-operator/fleet"
+	"github.com/proxy-operator/proxy-operator/internal/fleet"
 )
 
 // maxSelectorCache bounds the memo of selector -> buckets; it is cleared when full, since

@@ -20,7 +20,7 @@ const (
 // operator and the replicas pointed at the same Redis URL from one ConfigMap, with the password
 // from one optional Secret.
 func TestHAOverlay(t *testing.T) {
-	r := renderDir(t, "../metacontroller-ha")
+	r := renderDir(t, "ha")
 	var (
 		opDep, discDep appsv1.Deployment
 		disc           corev1.Service
@@ -113,7 +113,7 @@ func TestHAOverlay(t *testing.T) {
 // TestRedisExampleIsMarkedNotHA: the example Redis renders, persists with an append-only file,
 // and says it is not HA where a user reads it.
 func TestRedisExampleIsMarkedNotHA(t *testing.T) {
-	r := renderDir(t, "../metacontroller-ha/redis-example")
+	r := renderDir(t, "ha/redis-example")
 	var sts appsv1.StatefulSet
 	r.get(t, "StatefulSet/"+namespace+"/proxy-operator-redis", &sts)
 	if got, _ := argValue(sts.Spec.Template.Spec.Containers[0].Args, "--appendonly"); got != "yes" {
@@ -122,7 +122,7 @@ func TestRedisExampleIsMarkedNotHA(t *testing.T) {
 	if len(sts.Spec.VolumeClaimTemplates) != 1 {
 		t.Errorf("example Redis has %d volume claims, want 1 for its append-only file", len(sts.Spec.VolumeClaimTemplates))
 	}
-	for _, f := range []string{"../metacontroller-ha/redis-example/kustomization.yaml", "../metacontroller-ha/kustomization.yaml"} {
+	for _, f := range []string{"ha/redis-example/kustomization.yaml", "ha/kustomization.yaml"} {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
@@ -133,8 +133,8 @@ func TestRedisExampleIsMarkedNotHA(t *testing.T) {
 	}
 	var svc corev1.Service
 	r.get(t, "Service/"+namespace+"/proxy-operator-redis", &svc)
-	b, _ := os.ReadFile("../metacontroller-ha/redis.env")
+	b, _ := os.ReadFile("ha/redis.env")
 	if !strings.Contains(string(b), svc.Name+"."+namespace+".svc:6379") {
-		t.Errorf("metacontroller-ha/redis.env does not point at the example Redis Service by default")
+		t.Errorf("metacontroller/ha/redis.env does not point at the example Redis Service by default")
 	}
 }

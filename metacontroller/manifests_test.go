@@ -60,10 +60,10 @@ type rendered map[string][]byte
 
 func render(t *testing.T) rendered {
 	t.Helper()
-	return renderDir(t, ".")
+	return renderDir(t, "install")
 }
 
-// renderDir renders the kustomization in dir (an overlay such as ../metacontroller-ha).
+// renderDir renders the kustomization in dir (an overlay such as ha).
 func renderDir(t *testing.T, dir string) rendered {
 	t.Helper()
 	out := rendered{}
@@ -95,7 +95,7 @@ func renderDir(t *testing.T, dir string) rendered {
 // (namespaces and CRDs first), which is the order kubectl apply -k sends them in.
 func renderDocs(t *testing.T) []string {
 	t.Helper()
-	return renderDocsIn(t, ".")
+	return renderDocsIn(t, "install")
 }
 
 // renderDocsIn is renderDocs for the kustomization in dir.
@@ -222,8 +222,8 @@ func TestEveryObjectParses(t *testing.T) {
 // TestCRDIsTheGeneratedOne: the kustomization's copy must be the generated CRD (make generate copies it).
 func TestCRDIsTheGeneratedOne(t *testing.T) {
 	for copy, generated := range map[string]string{
-		"crd.yaml":            "../crds/crawl.example.com_proxies.yaml",
-		"crd-proxypools.yaml": "../crds/crawl.example.com_proxypools.yaml",
+		"install/crd.yaml":            "../crds/crawl.example.com_proxies.yaml",
+		"install/crd-proxypools.yaml": "../crds/crawl.example.com_proxypools.yaml",
 	} {
 		want, err := os.ReadFile(generated)
 		if err != nil {

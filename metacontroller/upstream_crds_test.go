@@ -214,7 +214,7 @@ func mustRead(t *testing.T, path string) []byte {
 // ourCompositeController is metacontroller/compositecontroller.yaml as a generic object.
 func ourCompositeController(t *testing.T) map[string]any {
 	t.Helper()
-	b, err := os.ReadFile("compositecontroller.yaml")
+	b, err := os.ReadFile("install/compositecontroller.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -54,6 +54,20 @@ const (
 	DefaultSuccessThreshold int32 = 1
 )
 
+// Bounds on what one Proxy may ask of the operator: the CRD schema says the same, and Validate
+// repeats it for bodies that skipped the API server (decision 0121).
+const (
+	// MaxAttributes is how many selection attributes a Proxy may carry.
+	MaxAttributes = 32
+	// MaxAttributeKeyLength is the longest attribute name (a label name's length).
+	MaxAttributeKeyLength = 63
+	// MaxAttributeValueLength is the longest attribute value.
+	MaxAttributeValueLength = 256
+	// MaxMaxLeases is the largest maxLeases: leases are held in memory, and one proxy serving
+	// more than this many crawlers at once is not a proxy a site leaves alone.
+	MaxMaxLeases int32 = 1000
+)
+
 // DefaultExpectedStatusCodes are the probe answers counted as success.
 var DefaultExpectedStatusCodes = []int32{200, 204}
 
@@ -135,7 +149,9 @@ type ProxySpec struct {
 
 	// Attributes are the selection attributes crawlers filter on (geo, asn, purpose...).
 	// They are deliberately apart from the object's labels.
+	// Names are at most 63 characters, values at most 256.
 	// +kubebuilder:validation:MaxProperties=32
+	// +kubebuilder:validation:XValidation:rule="self.all(k, size(k) >= 1 && size(k) <= 63 && size(self[k]) <= 256)",message="attribute names are 1-63 characters and values at most 256"
 	// +optional
 	Attributes map[string]string `json:"attributes,omitempty"`
 
@@ -147,7 +163,7 @@ type ProxySpec struct {
 	// MaxLeases is how many leases may be held on this proxy at once; 0 lists it but never leases it.
 	// +kubebuilder:default=5
 	// +kubebuilder:validation:Minimum=0
-	// +kubebuilder:validation:Maximum=10000
+	// +kubebuilder:validation:Maximum=1000
 	// +optional
 	MaxLeases *int32 `json:"maxLeases,omitempty"`
 }

@@ -3,11 +3,12 @@ package v1alpha1
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"net/netip"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
-
-	"github.com/proxy-operator/proxy-operator/netpolicy"
 )
 
 // The CRD's patterns for a Secret reference, repeated for bodies that skipped the API server.
@@ -43,7 +44,7 @@ func (s *ProxySpec) Validate() error {
 		} else {
 			if strings.TrimSpace(s.Endpoint.Host) == "" {
 				bad("endpoint.host", "required")
-			} else if err := netpolicy.ValidHost(s.Endpoint.Host); err != nil {
+			} else if err := ValidHost(s.Endpoint.Host); err != nil {
 				bad("endpoint.host", "%q is not an IP address or a DNS name", s.Endpoint.Host)
 			}
 			if s.Endpoint.Port < 1 || s.Endpoint.Port > 65535 {
@@ -66,8 +67,20 @@ func (s *ProxySpec) Validate() error {
 	if s.Port < 0 || s.Port > 65535 {
 		bad("port", "%d is not a port (1-65535)", s.Port)
 	}
-	if s.MaxLeases != nil && *s.MaxLeases < 0 {
-		bad("maxLeases", "%d must not be negative", *s.MaxLeases)
+	if s.MaxLeases != nil && (*s.MaxLeases < 0 || *s.MaxLeases > MaxMaxLeases) {
+		bad("maxLeases", "%d is out of range 0-%d", *s.MaxLeases, MaxMaxLeases)
+	}
+	if len(s.Attributes) > MaxAttributes {
+		bad("attributes", "%d attributes, at most %d", len(s.Attributes), MaxAttributes)
+	} else {
+		for _, k := range slices.Sorted(maps.Keys(s.Attributes)) {
+			switch {
+			case k == "" || len(k) > MaxAttributeKeyLength:
+				bad("attributes", "name %.64q is not 1-%d characters", k, MaxAttributeKeyLength)
+			case len(s.Attributes[k]) > MaxAttributeValueLength:
+				bad("attributes["+k+"]", "value of %d characters, at most %d", len(s.Attributes[k]), MaxAttributeValueLength)
+			}
+		}
 	}
 	if c := s.CloudInit; c != nil {
 		if (c.Inline != nil) == (c.SecretRef != nil) {
@@ -110,4 +123,30 @@ func (s *ProxySpec) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// ErrInvalidHost is returned for a host that is neither an IP address nor a DNS name.
+var ErrInvalidHost = errors.New("invalid host")
+
+// ValidHost reports whether host is an IP address or a DNS name (RFC 1123 labels), the only
+// things a proxy endpoint may name. It says nothing about whether the policy allows it.
+func ValidHost(host string) error {
+	if _, err := netip.ParseAddr(host); err == nil {
+		return nil
+	}
+	h := strings.TrimSuffix(host, ".")
+	if h == "" || len(h) > 253 {
+		return fmt.Errorf("%w %q: want an IP address or a DNS name of 1 to 253 characters", ErrInvalidHost, host)
+	}
+	for label := range strings.SplitSeq(h, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return fmt.Errorf("%w %q: want an IP address or a DNS name (labels of 1 to 63 letters, digits and inner '-')", ErrInvalidHost, host)
+		}
+		for _, c := range label {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+				return fmt.Errorf("%w %q: want an IP address or a DNS name (labels of 1 to 63 letters, digits and inner '-')", ErrInvalidHost, host)
+			}
+		}
+	}
+	return nil
 }

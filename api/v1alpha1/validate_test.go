@@ -38,3 +38,44 @@ func TestValidateEndpointHostAndSecretRef(t *testing.T) {
 		})
 	}
 }
+
+// TestValidateBounds: what one Proxy may ask for is bounded the same as in the CRD schema, so a
+// body that skipped the API server cannot make the operator hold more (issue 21).
+func TestValidateBounds(t *testing.T) {
+	spec := func(f func(*ProxySpec)) ProxySpec {
+		s := ProxySpec{Mode: ModeManaged, Provider: "mock"}
+		f(&s)
+		return s
+	}
+	many := map[string]string{}
+	for i := range MaxAttributes + 1 {
+		many[strings.Repeat("k", i+1)] = "v"
+	}
+	ml := func(v int32) *int32 { return &v }
+	tests := []struct {
+		name    string
+		spec    ProxySpec
+		wantErr string
+	}{
+		{"longest key and value", spec(func(s *ProxySpec) {
+			s.Attributes = map[string]string{strings.Repeat("k", MaxAttributeKeyLength): strings.Repeat("v", MaxAttributeValueLength)}
+		}), ""},
+		{"key too long", spec(func(s *ProxySpec) { s.Attributes = map[string]string{strings.Repeat("k", 64): "v"} }), "spec.attributes: name"},
+		{"empty key", spec(func(s *ProxySpec) { s.Attributes = map[string]string{"": "v"} }), "spec.attributes: name"},
+		{"value too long", spec(func(s *ProxySpec) { s.Attributes = map[string]string{"geo": strings.Repeat("v", 44000)} }), "spec.attributes[geo]: value of 44000 characters, at most 256"},
+		{"too many", spec(func(s *ProxySpec) { s.Attributes = many }), "spec.attributes: 33 attributes, at most 32"},
+		{"maxLeases at the ceiling", spec(func(s *ProxySpec) { s.MaxLeases = ml(MaxMaxLeases) }), ""},
+		{"maxLeases over the ceiling", spec(func(s *ProxySpec) { s.MaxLeases = ml(10000) }), "spec.maxLeases: 10000 is out of range 0-1000"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.spec.Validate()
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Errorf("Validate() = %v, want nil", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Errorf("Validate() = %v, want an error containing %q", err, tc.wantErr)
+			}
+		})
+	}
+}

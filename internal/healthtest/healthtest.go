@@ -7,7 +7,7 @@ package healthtest
 import (
 	"sync"
 
-	"github.com/proxy-operator/proxy-operator/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
 )
 
 // Map is a settable verdict per key. The zero value answers Unknown for every key.

@@ -21,7 +21,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/proxy-operator/proxy-operator/internal/apiservertest"
-	"github.com/proxy-operator/proxy-operator/kube"
+	"github.com/proxy-operator/proxy-operator/internal/kube"
 )
 
 const servedTimeout = 2 * time.Minute

@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proxy-operator/proxy-operator/fleet"
+	"github.com/proxy-operator/proxy-operator/internal/fleet"
+	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
 	"github.com/proxy-operator/proxy-operator/internal/redistest"
 	"github.com/proxy-operator/proxy-operator/lease"
-	"github.com/proxy-operator/proxy-operator/lifecycle"
 )
 
 type benchHealth map[string]lifecycle.Health

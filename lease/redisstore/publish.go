@@ -14,8 +14,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
 	"github.com/proxy-operator/proxy-operator/lease"
-	"github.com/proxy-operator/proxy-operator/lifecycle"
 )
 
 // publishBatch bounds the proxies one script call carries, so a 10,000-proxy first publish

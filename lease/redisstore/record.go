@@ -3,7 +3,7 @@ package redisstore
 import (
 	"encoding/json"
 
-	"github.com/proxy-operator/proxy-operator/fleet"
+	"github.com/proxy-operator/proxy-operator/internal/fleet"
 )
 
 // record is a fleet.Proxy as stored in Redis. fleet.Credentials redacts its password in JSON

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
-	"github.com/proxy-operator/proxy-operator/healthmark"
-	"github.com/proxy-operator/proxy-operator/lifecycle"
+	"github.com/proxy-operator/proxy-operator/health/mark"
+	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
 )
 
 type readyResult struct {
@@ -97,7 +97,7 @@ func TestTimeToReady(t *testing.T) {
 		var times [2]time.Duration
 		for i, ms := range []metaSettings{defaults(), fromEnv(recommended(n))} {
 			t.Run(strconv.Itoa(n)+"/"+[]string{"defaults", "recommended"}[i], func(t *testing.T) {
-				r := runReady(t, n, ms, healthmark.DefaultQPS)
+				r := runReady(t, n, ms, mark.DefaultQPS)
 				times[i] = r.all
 				t.Logf("%d Managed proxies applied at once (%s): half Ready after %s, all after %s; %.2f status writes per proxy to Ready (histogram %v); %d Metacontroller API calls, %d annotation patches",
 					n, ms, r.half.Round(time.Second), r.all.Round(time.Second), r.writesPerProxy, r.writesHistogram, r.calls, r.patches)

@@ -19,11 +19,11 @@ import (
 	"time"
 
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
-	"github.com/proxy-operator/proxy-operator/events"
-	"github.com/proxy-operator/proxy-operator/fleet"
 	"github.com/proxy-operator/proxy-operator/health"
-	"github.com/proxy-operator/proxy-operator/healthmark"
-	"github.com/proxy-operator/proxy-operator/lifecycle"
+	"github.com/proxy-operator/proxy-operator/health/mark"
+	"github.com/proxy-operator/proxy-operator/internal/events"
+	"github.com/proxy-operator/proxy-operator/internal/fleet"
+	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
 	"github.com/proxy-operator/proxy-operator/metacontroller/driver"
 	"github.com/proxy-operator/proxy-operator/providers"
 	"github.com/proxy-operator/proxy-operator/providers/mock"
@@ -65,7 +65,7 @@ func (s *simHealth) set(key string, st lifecycle.HealthState, at time.Time) {
 type driverPatcher struct{ d *driver.Driver }
 
 func (p driverPatcher) Patch(_ context.Context, key, value string) error {
-	return p.d.PatchAnnotations(key, map[string]string{healthmark.Annotation: value})
+	return p.d.PatchAnnotations(key, map[string]string{mark.Annotation: value})
 }
 
 func (driverPatcher) Gone(err error) bool { return strings.Contains(err.Error(), "not found") }
@@ -121,7 +121,7 @@ type simEnv struct {
 	d      *driver.Driver
 	view   *fleet.View
 	health *simHealth
-	marker *healthmark.Marker
+	marker *mark.Marker
 	// afterSync sees the key of every hook call once it is answered.
 	afterSync func(key string)
 }
@@ -160,7 +160,7 @@ func newSimEnv(t *testing.T, ms metaSettings, markerQPS float64, healthDefault l
 	e.d = &driver.Driver{URL: srv.URL, Clock: clock, ResyncPeriod: ms.ResyncPeriod, IgnoreStatusChanges: ms.IgnoreStatus,
 		Budget: &driver.Budget{QPS: ms.QPS, Burst: ms.Burst, Workers: ms.Workers, HookLatency: hookLatency, CallLatency: callLatency, CacheFlush: 30 * time.Minute}}
 	if markerQPS > 0 {
-		e.marker, err = healthmark.New(healthmark.Config{Patcher: driverPatcher{e.d}, Behind: healthmark.FleetBehind(e.view, e.health),
+		e.marker, err = mark.New(mark.Config{Patcher: driverPatcher{e.d}, Behind: mark.FleetBehind(e.view, e.health),
 			QPS: markerQPS, Burst: 2 * int(markerQPS), Now: clock.Now})
 		if err != nil {
 			t.Fatal(err)
@@ -395,7 +395,7 @@ func TestHealthTransitionLatency(t *testing.T) {
 		t.Run(strconv.Itoa(n), func(t *testing.T) {
 			ms := fromEnv(recommended(n))
 			flapFor, steadyFor := 15*time.Minute, 10*time.Minute
-			r := runFlapping(t, n, ms, healthmark.DefaultQPS, flapFor, steadyFor)
+			r := runFlapping(t, n, ms, mark.DefaultQPS, flapFor, steadyFor)
 			logFlapping(t, n, ms, flapFor, steadyFor, r)
 			if r.p99 > 5*time.Second {
 				t.Errorf("p99 %s, want <= 5s", r.p99)
@@ -425,7 +425,7 @@ func TestHealthTransitionLatencyAtDefaults(t *testing.T) {
 		t.Skip("set SCALE_PROXIES (make scale) to report the default-budget figures")
 	}
 	for _, n := range scaleSizes(t) {
-		for _, marker := range []float64{healthmark.DefaultQPS, 0} {
+		for _, marker := range []float64{mark.DefaultQPS, 0} {
 			t.Run(fmt.Sprintf("%d/annotation=%v", n, marker > 0), func(t *testing.T) {
 				ms := defaults()
 				r := runFlapping(t, n, ms, marker, 15*time.Minute, 10*time.Minute)

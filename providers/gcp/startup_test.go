@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxy-operator/proxy-operator/internal/squidtest"
+
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/proxy-operator/proxy-operator/providers"
@@ -67,15 +69,7 @@ func TestCreateSendsCredentialInStartupScript(t *testing.T) {
 
 // TestAuthConfigParses: the fragment the VM installs is accepted by the real Squid.
 func TestAuthConfigParses(t *testing.T) {
-	squid, err := exec.LookPath("squid")
-	if err != nil {
-		if squid, err = exec.LookPath("/usr/sbin/squid"); err != nil {
-			if os.Getenv("CI") != "" {
-				t.Fatal("squid not found and CI is set")
-			}
-			t.Skip("squid not installed")
-		}
-	}
+	squid := squidtest.Binary(t)
 	dir := t.TempDir()
 	htpasswd := filepath.Join(dir, "htpasswd")
 	if err := os.WriteFile(htpasswd, []byte("u:$2a$10$abcdefghijklmnopqrstuv\n"), 0o644); err != nil {

@@ -1,13 +1,11 @@
 package kubernetes_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -15,32 +13,16 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/proxy-operator/proxy-operator/credentials"
+	"github.com/proxy-operator/proxy-operator/internal/squidtest"
+
 	"github.com/proxy-operator/proxy-operator/health"
 	"github.com/proxy-operator/proxy-operator/providers"
+	"github.com/proxy-operator/proxy-operator/providers/credentials"
 	"github.com/proxy-operator/proxy-operator/providers/kubernetes"
 )
-
-// squidBinary finds Squid; on CI (env CI set) a missing Squid fails the test.
-func squidBinary(t *testing.T) string {
-	t.Helper()
-	for _, p := range []string{"squid", "/usr/sbin/squid"} {
-		if path, err := exec.LookPath(p); err == nil {
-			if _, err := os.Stat(kubernetes.NCSAAuth); err == nil {
-				return path
-			}
-		}
-	}
-	if os.Getenv("CI") != "" {
-		t.Fatal("squid or " + kubernetes.NCSAAuth + " not found and CI is set: install the Debian package squid")
-	}
-	t.Skip("squid not found (apt-get install squid); set CI to make this a failure")
-	return ""
-}
 
 type podContainer struct {
 	Command []string `json:"command"`
@@ -95,7 +77,7 @@ func writeHtpasswd(t *testing.T, dir string, child json.RawMessage, mtime time.T
 // the lease-style proxy URL it goes through (plain HTTP and CONNECT), the prober reports a
 // missing credential as proxy_auth, and a rotated Secret is honoured without a restart.
 func TestPodSquidDemandsCredential(t *testing.T) {
-	bin := squidBinary(t)
+	bin := squidtest.Binary(t)
 	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 	}))
@@ -220,15 +202,7 @@ func fetch(t *testing.T, proxy *url.URL, target string) int {
 // under credDir and runDir and the port onto a free loopback port.
 func startPodSquid(t *testing.T, bin string, c podContainer, credDir, runDir string) string {
 	t.Helper()
-	var lastErr error
-	for range 3 { // the free port can be taken between our check and Squid's bind
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := ln.Addr().String()
-		ln.Close()
-		_, port, _ := net.SplitHostPort(addr)
+	return squidtest.StartWith(t, squidtest.Launch{Dir: runDir, Command: func(port string) (*exec.Cmd, error) {
 		conf := c.Env[0].Value
 		conf = strings.Replace(conf, "http_port 3128\n", "http_port 127.0.0.1:"+port+"\n", 1)
 		// Through placeholders: the temporary directories themselves live under /tmp.
@@ -237,56 +211,14 @@ func startPodSquid(t *testing.T, bin string, c podContainer, credDir, runDir str
 		conf = strings.ReplaceAll(conf, "coredump_dir "+kubernetes.RunDir+"\n", "coredump_dir \x00R\n")
 		conf = strings.ReplaceAll(strings.ReplaceAll(conf, "\x00C", credDir), "\x00R", runDir)
 		if strings.Contains(conf, kubernetes.CredentialsDir) || !strings.Contains(conf, "127.0.0.1:"+port) {
-			t.Fatalf("config did not move as expected:\n%s", conf)
+			return nil, fmt.Errorf("config did not move as expected:\n%s", conf)
 		}
 		script := strings.ReplaceAll(c.Command[2], kubernetes.RunDir+"/", runDir+"/")
 		script = strings.Replace(script, "exec squid ", "exec "+bin+" ", 1)
-		var out bytes.Buffer
 		cmd := exec.Command(c.Command[0], c.Command[1], script)
 		cmd.Env = append(os.Environ(), "SQUID_CONF="+conf)
-		cmd.Stdout, cmd.Stderr = &out, &out
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		exited := make(chan error, 1)
-		go func() { exited <- cmd.Wait() }()
-		if lastErr = waitListening(addr, exited); lastErr == nil {
-			t.Cleanup(func() {
-				_ = cmd.Process.Signal(syscall.SIGTERM)
-				select {
-				case <-exited:
-				case <-time.After(15 * time.Second):
-					_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-					<-exited
-				}
-			})
-			return addr
-		}
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-exited
-		log, _ := os.ReadFile(filepath.Join(runDir, "cache.log"))
-		lastErr = fmt.Errorf("%w\noutput: %s\ncache.log: %s", lastErr, out.String(), log)
-	}
-	t.Fatalf("squid did not start: %v", lastErr)
-	return ""
-}
-
-func waitListening(addr string, exited <-chan error) error {
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case err := <-exited:
-			return fmt.Errorf("squid exited: %v", err)
-		default:
-		}
-		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
-			c.Close()
-			return nil
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return fmt.Errorf("squid not listening on %s after 30s", addr)
+		return cmd, nil
+	}})
 }
 
 func insecureTLS() *tls.Config { return &tls.Config{InsecureSkipVerify: true} } //nolint:gosec // the test's own server

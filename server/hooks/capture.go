@@ -3,8 +3,8 @@ package hooks
 import (
 	"time"
 
-	"github.com/proxy-operator/proxy-operator/lifecycle"
-	"github.com/proxy-operator/proxy-operator/pool"
+	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/pool"
 )
 
 // Exchange is one hook call as handled, for capture: the bytes on the wire and, when the call

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/proxy-operator/proxy-operator/replay"
+	"github.com/proxy-operator/proxy-operator/server/replay"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden response.json and calls.json of every fixture")

@@ -21,13 +21,13 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
-	"github.com/proxy-operator/proxy-operator/events"
-	"github.com/proxy-operator/proxy-operator/fleet"
-	"github.com/proxy-operator/proxy-operator/lifecycle"
-	"github.com/proxy-operator/proxy-operator/membudget"
-	"github.com/proxy-operator/proxy-operator/netpolicy"
-	"github.com/proxy-operator/proxy-operator/poolhook"
+	"github.com/proxy-operator/proxy-operator/internal/events"
+	"github.com/proxy-operator/proxy-operator/internal/fleet"
+	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/netpolicy"
 	"github.com/proxy-operator/proxy-operator/providers"
+	"github.com/proxy-operator/proxy-operator/server/hooks/membudget"
+	"github.com/proxy-operator/proxy-operator/server/hooks/poolhook"
 	"github.com/proxy-operator/proxy-operator/server/httpx"
 )
 
@@ -259,6 +259,15 @@ func (h *Hooks) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *membu
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Now().Add(h.BodyReadTimeout))
 	body, res, err := h.Budget.Read(r.Body, r.ContentLength, h.MaxBodyBytes)
+	if err == nil {
+		// What the body's shape costs to decode, on top of its length: refused before decoding.
+		if err = res.Grow(membudget.ShapeWeight(body)); err != nil {
+			res.Release()
+			if errors.Is(err, membudget.ErrTooLarge) {
+				return nil, nil, httpx.Wrap(http.StatusRequestEntityTooLarge, err, "request body of %d bytes has too many objects", len(body))
+			}
+		}
+	}
 	switch {
 	case err == nil:
 		_ = rc.SetReadDeadline(time.Time{})

@@ -15,9 +15,9 @@ import (
 	"time"
 
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
-	"github.com/proxy-operator/proxy-operator/membudget"
-	"github.com/proxy-operator/proxy-operator/netpolicy"
+	"github.com/proxy-operator/proxy-operator/internal/netpolicy"
 	"github.com/proxy-operator/proxy-operator/providers"
+	"github.com/proxy-operator/proxy-operator/server/hooks/membudget"
 )
 
 // syncBody is a sync request for a Managed mock Proxy with the given status.
@@ -139,7 +139,7 @@ func TestSlowBodiesHoldNoSlot(t *testing.T) {
 func TestMemoryBudgetAnswers429(t *testing.T) {
 	h := newHooks(t, newMock(t))
 	body := fixtureBody(t, "sync/managed-ready-steady")
-	h.Budget = membudget.New(int64(len(body))*3/2, 1) // room for one body, not two
+	h.Budget = membudget.New(int64(len(body))*3/2+membudget.ShapeWeight(body), 1) // room for one body, not two
 	srv := httptest.NewServer(h.Handler())
 	defer srv.Close()
 	// One reservation held by a body that is still arriving.

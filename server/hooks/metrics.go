@@ -4,7 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
-	"github.com/proxy-operator/proxy-operator/fleet"
+	"github.com/proxy-operator/proxy-operator/internal/fleet"
 )
 
 var phases = []v1.ProxyPhase{v1.PhasePending, v1.PhaseProvisioning, v1.PhaseReady, v1.PhaseUnhealthy, v1.PhaseDeleting, v1.PhaseFailed}

@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/proxy-operator/proxy-operator/poolhook"
+	"github.com/proxy-operator/proxy-operator/server/hooks/poolhook"
 	"github.com/proxy-operator/proxy-operator/server/httpx"
 )
 

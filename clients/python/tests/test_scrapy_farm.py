@@ -14,8 +14,8 @@ from pathlib import Path
 from conftest import REPO, go_build
 
 PAGES = 30
-# The crawl farm's command (bench/crawlfarm: the benchmark's sites, rate limits and bans).
-FARM_CMD = "./bench/crawlfarm/cmd/crawlfarm"
+# The crawl farm's command (test/crawlfarm: the benchmark's sites, rate limits and bans).
+FARM_CMD = "./test/crawlfarm/cmd/crawlfarm"
 
 
 def test_strict_site_every_page_no_ban(operator, tmp_path):

@@ -1,0 +1,29 @@
+package mark
+
+import (
+	"github.com/proxy-operator/proxy-operator/internal/fleet"
+	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+)
+
+// HealthSource is the prober's live verdict by namespace/name.
+type HealthSource interface {
+	Health(key string) lifecycle.Health
+}
+
+// FleetBehind is the Behind of a Marker in the operator: a Proxy is behind when the prober's
+// verdict (Healthy or Unhealthy) differs from the health its status last recorded, as the
+// fleet view holds it from the latest sync answer. A Proxy being deleted, unknown to the view,
+// or without a verdict yet is never behind.
+func FleetBehind(view *fleet.View, health HealthSource) func(key string) (string, bool) {
+	return func(key string) (string, bool) {
+		p, ok := view.Get(key)
+		if !ok || p.Deleting {
+			return "", false
+		}
+		live := health.Health(key).State
+		if live != lifecycle.HealthHealthy && live != lifecycle.HealthUnhealthy {
+			return "", false
+		}
+		return string(live), live != p.Recorded.State
+	}
+}

@@ -1,0 +1,190 @@
+// Package fleet owns the in-process view of every Proxy: the record that sync and finalize
+// calls keep current and that the prober, the discovery API and orphan GC read. It knows
+// nothing of how the record is filled or what readers do with it.
+package fleet
+
+import (
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
+	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/providers"
+)
+
+// Credentials are the username and password a proxy demands; printing them in any way
+// (fmt, slog, encoding/json) hides the password. They leave the process only in a lease
+// answer: never in status, a log, a capture or the list answer.
+type Credentials = providers.Credentials
+
+// Proxy is what the process knows about one Proxy after its latest sync.
+type Proxy struct {
+	Key         string // namespace/name
+	UID         string
+	Generation  int64
+	Mode        v1.ProvisioningMode
+	Provider    string
+	ProviderID  string
+	IP          string // empty until there is somewhere to probe
+	Port        int32
+	Attributes  map[string]string
+	MaxLeases   int32
+	HealthCheck v1.HealthCheckSpec
+	Phase       v1.ProxyPhase
+	// Recorded is the health the Proxy's status last recorded: where a restarted prober starts.
+	Recorded lifecycle.Health
+	// Deleting is set once the Proxy is being finalized; it is no longer offered to crawlers.
+	Deleting bool
+	// Credentials are what the proxy demands (nil: an External proxy without any). Probes
+	// and lease answers use them.
+	Credentials *Credentials
+	// Draining is set on a pool member being removed: it is listed, its leases run to their
+	// end, but it takes no new lease.
+	Draining bool
+}
+
+// Equal reports whether two records are the same.
+func (p Proxy) Equal(o Proxy) bool {
+	type scalars struct {
+		Key, UID, Provider, ProviderID, IP string
+		Generation                         int64
+		Mode                               v1.ProvisioningMode
+		Port, MaxLeases                    int32
+		Phase                              v1.ProxyPhase
+		Recorded                           lifecycle.Health
+		Deleting, Draining                 bool
+		ProbeURL                           string
+		Interval, Timeout, Fail, Succeed   int32
+	}
+	s := func(x Proxy) scalars {
+		h := x.HealthCheck
+		return scalars{x.Key, x.UID, x.Provider, x.ProviderID, x.IP, x.Generation, x.Mode, x.Port, x.MaxLeases,
+			x.Phase, x.Recorded, x.Deleting, x.Draining, h.ProbeURL, h.IntervalSeconds, h.TimeoutSeconds, h.FailureThreshold, h.SuccessThreshold}
+	}
+	return s(p) == s(o) && equalCredentials(p.Credentials, o.Credentials) && maps.Equal(p.Attributes, o.Attributes) &&
+		slices.Equal(p.HealthCheck.ExpectedStatusCodes, o.HealthCheck.ExpectedStatusCodes)
+}
+
+func equalCredentials(a, b *Credentials) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
+}
+
+// View is the concurrency-safe record of the fleet.
+type View struct {
+	mu      sync.RWMutex
+	byKey   map[string]Proxy
+	version uint64
+	changed chan struct{}
+
+	started time.Time
+	warmup  time.Duration
+	now     func() time.Time
+}
+
+// New returns an empty view. The view calls itself complete once warmup has passed since
+// start: by then Metacontroller's periodic resync has synced every Proxy at least once.
+func New(now func() time.Time, warmup time.Duration) *View {
+	return &View{byKey: map[string]Proxy{}, changed: make(chan struct{}), started: now(), warmup: warmup, now: now}
+}
+
+// Upsert records p; it reports whether anything changed.
+func (v *View) Upsert(p Proxy) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if old, ok := v.byKey[p.Key]; ok && old.Equal(p) {
+		return false
+	}
+	p.Attributes = maps.Clone(p.Attributes)
+	if p.Credentials != nil {
+		c := *p.Credentials
+		p.Credentials = &c
+	}
+	p.HealthCheck.ExpectedStatusCodes = slices.Clone(p.HealthCheck.ExpectedStatusCodes)
+	v.byKey[p.Key] = p
+	v.bump()
+	return true
+}
+
+// Remove forgets the Proxy with this key.
+func (v *View) Remove(key string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if _, ok := v.byKey[key]; !ok {
+		return
+	}
+	delete(v.byKey, key)
+	v.bump()
+}
+
+func (v *View) bump() {
+	v.version++
+	close(v.changed)
+	v.changed = make(chan struct{})
+}
+
+// Get returns the record for key.
+func (v *View) Get(key string) (Proxy, bool) {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	p, ok := v.byKey[key]
+	return p, ok
+}
+
+// List returns every record sorted by key. Callers own the result.
+func (v *View) List() []Proxy {
+	v.mu.RLock()
+	out := make([]Proxy, 0, len(v.byKey))
+	for _, p := range v.byKey {
+		out = append(out, p)
+	}
+	v.mu.RUnlock()
+	slices.SortFunc(out, func(a, b Proxy) int { return strings.Compare(a.Key, b.Key) })
+	return out
+}
+
+// Len is the number of Proxies in the view.
+func (v *View) Len() int {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return len(v.byKey)
+}
+
+// Version increases on every change; Changed is closed at the next one.
+func (v *View) Version() uint64 {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.version
+}
+
+// Changed returns a channel closed at the next change of the view.
+func (v *View) Changed() <-chan struct{} {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.changed
+}
+
+// Complete reports whether the view can be taken as the whole fleet: warmup has passed since
+// the process started. Before that, an absent Proxy may simply not have been synced yet.
+func (v *View) Complete() bool {
+	return !v.now().Before(v.started.Add(v.warmup))
+}
+
+// CompleteAt is when the view becomes complete.
+func (v *View) CompleteAt() time.Time { return v.started.Add(v.warmup) }
+
+// Matches reports whether attrs hold every pair of the selector (equality on each; an empty
+// selector matches everything). Listing and leasing both select proxies with it.
+func Matches(attrs, sel map[string]string) bool {
+	for k, v := range sel {
+		if got, ok := attrs[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,256 @@
+package server
+
+import (
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/proxy-operator/proxy-operator/health"
+	"github.com/proxy-operator/proxy-operator/internal/gc"
+	"github.com/proxy-operator/proxy-operator/internal/kube"
+	"github.com/proxy-operator/proxy-operator/lease"
+	"github.com/proxy-operator/proxy-operator/providers"
+	"github.com/proxy-operator/proxy-operator/providers/factory"
+	"github.com/proxy-operator/proxy-operator/server/discovery"
+	"github.com/proxy-operator/proxy-operator/server/hooks"
+)
+
+// Config is everything the operator process is told from outside, one struct per concern.
+// New gives a zero field its value from Defaults, except FleetWarmup and the GC fields, whose
+// zero means something (trusted at once, GC off, no deletion allowed, deleting for real).
+type Config struct {
+	Hooks     HooksConfig
+	Capture   CaptureConfig
+	Providers ProvidersConfig
+	Egress    EgressConfig
+	Discovery DiscoveryAPIConfig
+	Lease     LeaseConfig
+	Health    HealthConfig
+	GC        GCConfig
+	Kube      KubeConfig
+	Demo      DemoConfig
+
+	// FleetWarmup is the time after start before the fleet view is trusted as complete
+	// (0 is a valid value: trusted at once).
+	FleetWarmup   time.Duration
+	ShutdownGrace time.Duration
+
+	// Registerer receives every metric of the process and Gatherer serves them at /metrics
+	// (both nil: a new registry holding the Go and process collectors too; a Registerer that
+	// is also a Gatherer, such as a *prometheus.Registry, serves as both).
+	Registerer prometheus.Registerer
+	Gatherer   prometheus.Gatherer
+	// Log receives the process log (nil: discarded).
+	Log *slog.Logger
+}
+
+// HooksConfig is the Metacontroller hook listener and what one hook call may cost.
+type HooksConfig struct {
+	// Addr is the listen address (":0" or "127.0.0.1:0" picks a port; read it back with
+	// Operator.HookAddr).
+	Addr string
+	// MaxBodyBytes is the largest hook body accepted (413 beyond).
+	MaxBodyBytes int64
+	// MemoryLimit is the memory limit the hook body budget is sized from (a quarter of it);
+	// 0: GOMEMLIMIT, else the cgroup's limit, else 1 GiB.
+	MemoryLimit int64
+	// BodyReadTimeout bounds reading one hook body (0: hooks.DefaultBodyReadTimeout).
+	BodyReadTimeout time.Duration
+	// ProviderTimeout bounds each provider call a hook makes.
+	ProviderTimeout time.Duration
+}
+
+// CaptureConfig is the hook capture for replay (debugging).
+type CaptureConfig struct {
+	// Dir, when set, receives every handled hook call as a replayable fixture.
+	Dir string
+	// MaxBytes caps the directory (0: replay.DefaultCaptureMaxBytes); Secrets keeps Secret
+	// data in captures instead of redacting it.
+	MaxBytes int64
+	Secrets  bool
+}
+
+// ProvidersConfig says where the providers come from.
+type ProvidersConfig struct {
+	// File is the path of the providers YAML; empty: Parsed, else one mock provider named
+	// "mock" serving real loopback proxies (factory.Default).
+	File string
+	// Parsed is an already parsed providers config, used when File is empty.
+	Parsed *factory.Config
+	// Extra join the configured ones (providers built outside the factory table, such as a
+	// GCP client pointed at a local stand-in).
+	Extra []providers.Entry
+}
+
+// EgressConfig is the egress policy's outside input (internal/netpolicy).
+type EgressConfig struct {
+	// AllowLoopback lets any proxy (External ones included) be on loopback; the mock
+	// provider's instances are allowed there without it.
+	AllowLoopback bool
+	// ExternalCIDRs, when not empty, are the only places External endpoints may be.
+	ExternalCIDRs []netip.Prefix
+}
+
+// DiscoveryAPIConfig is the crawlers' API listener and its tokens, the same for the operator
+// and the discovery subcommand.
+type DiscoveryAPIConfig struct {
+	// Addr is the listen address (read it back with Operator.DiscoveryAddr).
+	Addr string
+	// Token is one bearer token with every right (DISCOVERY_TOKEN); TokenFile (one token per
+	// line, or scoped tokens in YAML: access.Load) wins over it. Both empty is an error
+	// unless Insecure.
+	Token     string
+	TokenFile string
+	Insecure  bool
+}
+
+// LeaseConfig is the lease policy and where leases are kept: one struct for the in-memory
+// store, the Redis store, the operator and the discovery subcommand (the cooldown policy
+// travels with each report, so every process sharing a store must agree on it).
+type LeaseConfig struct {
+	MaxTTL      time.Duration
+	Cooldown    time.Duration
+	BanCooldown time.Duration
+	MaxCooldown time.Duration
+	// Store, when set, is the URL of a Redis (redis:// or rediss://) that keeps leases,
+	// cooldowns and sessions, and to which the fleet and health are published for discovery
+	// replicas; empty: the in-memory store. PasswordFile holds its password.
+	Store        string
+	PasswordFile string
+	// Observe, when set, sees every change of the lease store under its lock (tests; the
+	// in-memory store only).
+	Observe func(lease.Event)
+}
+
+// HealthConfig is the prober, its scheduler and the health mark.
+type HealthConfig struct {
+	Workers   int
+	ResyncQPS float64
+	// DurationFleetOnly drops the proxy label from the probe duration histogram (for large
+	// fleets: about 15 series per proxy otherwise).
+	DurationFleetOnly bool
+	// MarkQPS bounds the health annotation patches (0: mark.DefaultQPS).
+	MarkQPS float64
+	// Log, when set, receives the prober's log instead of Config.Log.
+	Log *slog.Logger
+}
+
+// GCConfig is the orphan sweep.
+type GCConfig struct {
+	// Interval is the time between orphan sweeps; 0 disables GC.
+	Interval     time.Duration
+	MinAge       time.Duration
+	MaxDeletions int
+	DryRun       bool
+}
+
+// KubeConfig is the operator's own Kubernetes client.
+type KubeConfig struct {
+	// Kubeconfig is the API server to use outside a cluster (-kubeconfig); KUBECONFIG, then
+	// the in-cluster service account, otherwise. With none of them the operator runs without
+	// a Kubernetes client: GC trusts the fleet view, health transitions wait for the next
+	// resync, no events are recorded (the no-cluster quickstart).
+	Kubeconfig string
+	// Clients, when set, is the client to use instead of looking one up (tests).
+	Clients *kube.Clients
+	// QPS and Burst are the client's budget (0: kube.DefaultQPS, DefaultBurst).
+	QPS   float64
+	Burst int
+}
+
+// Defaults returns a Config holding every default: what the flags say when none is given.
+func Defaults() Config {
+	return Config{
+		Hooks: HooksConfig{Addr: ":8080", ProviderTimeout: hooks.DefaultProviderTimeout,
+			BodyReadTimeout: hooks.DefaultBodyReadTimeout, MaxBodyBytes: hooks.DefaultMaxBodyBytes},
+		Discovery:     DiscoveryAPIConfig{Addr: discovery.DefaultDiscoveryAddr},
+		Lease:         DefaultLease(),
+		Health:        HealthConfig{Workers: health.DefaultWorkers, ResyncQPS: health.DefaultResyncQPS},
+		GC:            GCConfig{Interval: gc.DefaultInterval, MinAge: gc.DefaultMinAge, MaxDeletions: 20},
+		FleetWarmup:   3 * time.Minute,
+		ShutdownGrace: 20 * time.Second,
+	}
+}
+
+// DefaultLease is the lease policy the flags show when none is given.
+func DefaultLease() LeaseConfig {
+	return LeaseConfig{MaxTTL: discovery.DefaultMaxLeaseTTL, Cooldown: 15 * time.Minute, BanCooldown: time.Hour, MaxCooldown: 24 * time.Hour}
+}
+
+// orDuration sets *v to def when it is zero.
+func orDuration(v *time.Duration, def time.Duration) {
+	if *v == 0 {
+		*v = def
+	}
+}
+
+func (c Config) withDefaults() Config {
+	d := Defaults()
+	if c.Hooks.Addr == "" {
+		c.Hooks.Addr = d.Hooks.Addr
+	}
+	if c.Discovery.Addr == "" {
+		c.Discovery.Addr = d.Discovery.Addr
+	}
+	if c.Hooks.MaxBodyBytes == 0 {
+		c.Hooks.MaxBodyBytes = d.Hooks.MaxBodyBytes
+	}
+	if c.Health.Workers == 0 {
+		c.Health.Workers = d.Health.Workers
+	}
+	if c.Health.ResyncQPS == 0 {
+		c.Health.ResyncQPS = d.Health.ResyncQPS
+	}
+	orDuration(&c.Hooks.ProviderTimeout, d.Hooks.ProviderTimeout)
+	orDuration(&c.ShutdownGrace, d.ShutdownGrace)
+	c.Lease = c.Lease.withDefaults()
+	orDuration(&c.GC.MinAge, d.GC.MinAge)
+	return c
+}
+
+func (l LeaseConfig) withDefaults() LeaseConfig {
+	d := DefaultLease()
+	orDuration(&l.MaxTTL, d.MaxTTL)
+	orDuration(&l.Cooldown, d.Cooldown)
+	orDuration(&l.BanCooldown, d.BanCooldown)
+	orDuration(&l.MaxCooldown, d.MaxCooldown)
+	return l
+}
+
+// Validate says which setting is out of range.
+func (c Config) Validate() error {
+	if c.Hooks.ProviderTimeout <= 0 || c.Hooks.MaxBodyBytes <= 0 || c.FleetWarmup < 0 {
+		return fmt.Errorf("-provider-timeout and -max-hook-body-bytes must be positive, -fleet-warmup not negative")
+	}
+	if err := c.Lease.Validate(); err != nil {
+		return err
+	}
+	if c.Health.Workers <= 0 || c.Health.ResyncQPS <= 0 {
+		return fmt.Errorf("-probe-workers and -health-resync-qps must be positive")
+	}
+	if c.Kube.QPS < 0 || c.Kube.Burst < 0 || c.Health.MarkQPS < 0 {
+		return fmt.Errorf("-kube-api-qps, -kube-api-burst and -health-mark-qps must not be negative")
+	}
+	if c.GC.Interval < 0 || c.GC.MinAge <= 0 {
+		return fmt.Errorf("-gc-interval must not be negative, -gc-min-age must be positive")
+	}
+	return nil
+}
+
+// Validate says which lease setting is out of range.
+func (l LeaseConfig) Validate() error {
+	if l.MaxTTL <= 0 || l.Cooldown <= 0 || l.BanCooldown <= 0 || l.MaxCooldown < l.BanCooldown || l.MaxCooldown < l.Cooldown {
+		return fmt.Errorf("-lease-max-ttl and the cooldowns must be positive, -lease-max-cooldown at least each cooldown")
+	}
+	return nil
+}
+
+// DemoConfig is the demo fleet (demo.go): mock Proxies the process defines itself and syncs
+// through its own hooks, playing Metacontroller's loop, for a first run without a cluster.
+type DemoConfig struct {
+	// Proxies is the fleet's size (0: no demo fleet). Only without a Kubernetes client.
+	Proxies int
+}

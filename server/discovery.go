@@ -1,0 +1,134 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/proxy-operator/proxy-operator/server/discovery"
+)
+
+// DiscoveryConfig configures a discovery-only process (`proxy-operator discovery`): the
+// crawlers' API served from a shared lease store that an operator fills, nothing else. Its
+// Discovery and Lease are the operator's own structs: the lease policy must match the
+// operator's, since the cooldown policy travels with each report.
+type DiscoveryConfig struct {
+	Discovery DiscoveryAPIConfig
+	// Lease.Store is required (the Redis the operator fills).
+	Lease         LeaseConfig
+	ShutdownGrace time.Duration
+	Log           *slog.Logger
+}
+
+// DiscoveryDefaults returns the defaults the discovery subcommand's flags show.
+func DiscoveryDefaults() DiscoveryConfig {
+	d := Defaults()
+	return DiscoveryConfig{Discovery: d.Discovery, Lease: d.Lease, ShutdownGrace: d.ShutdownGrace}
+}
+
+// Validate says which setting is missing or out of range.
+func (c DiscoveryConfig) Validate() error {
+	if c.Lease.Store == "" {
+		return errors.New("-lease-store is required: the discovery subcommand serves from a shared store (redis:// or rediss://)")
+	}
+	if err := c.Lease.Validate(); err != nil {
+		return err
+	}
+	if c.ShutdownGrace <= 0 {
+		return fmt.Errorf("-shutdown-grace must be positive")
+	}
+	return nil
+}
+
+// Discovery is an assembled discovery-only process. Build it with NewDiscovery, serve it with
+// Run (once).
+type Discovery struct {
+	cfg     DiscoveryConfig
+	log     *slog.Logger
+	backend *redisBackend
+	srv     *http.Server
+	ln      net.Listener
+}
+
+// RunDiscovery builds the discovery process from c and serves it until ctx ends.
+func RunDiscovery(ctx context.Context, c DiscoveryConfig) error {
+	d, err := NewDiscovery(c)
+	if err != nil {
+		return err
+	}
+	return d.Run(ctx)
+}
+
+// NewDiscovery builds the store, the reader and the server and binds the listener. Redis need
+// not be reachable yet.
+func NewDiscovery(cfg DiscoveryConfig) (*Discovery, error) {
+	d := DiscoveryDefaults()
+	if cfg.Discovery.Addr == "" {
+		cfg.Discovery.Addr = d.Discovery.Addr
+	}
+	if cfg.ShutdownGrace == 0 {
+		cfg.ShutdownGrace = d.ShutdownGrace
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	tokens, err := discovery.Tokens(cfg.Discovery.Token, cfg.Discovery.TokenFile, cfg.Discovery.Insecure)
+	if err != nil {
+		return nil, err
+	}
+	b, err := newRedisBackend(cfg.Lease, log)
+	if err != nil {
+		return nil, err
+	}
+	disc := &discovery.Discovery{Fleet: b.reader, Health: b.reader, Leases: b.store, Tokens: tokens, Insecure: cfg.Discovery.Insecure,
+		Log: log.With("component", "discovery"), Registerer: prometheus.NewRegistry(), MaxTTL: cfg.Lease.MaxTTL}
+	ln, err := net.Listen("tcp", cfg.Discovery.Addr)
+	if err != nil {
+		b.close()
+		return nil, fmt.Errorf("discovery listener: %w", err)
+	}
+	return &Discovery{cfg: cfg, log: log, backend: b, srv: disc.Server(""), ln: ln}, nil
+}
+
+// Addr is the bound address of the discovery listener.
+func (d *Discovery) Addr() string { return d.ln.Addr().String() }
+
+// Run serves until ctx ends, with the reader and the store's sweep running beside it, then
+// shuts down within ShutdownGrace.
+func (d *Discovery) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer d.backend.close()
+	d.log.Info("listening", "discovery", d.Addr())
+	errc := make(chan error, 3)
+	go func() { errc <- fmt.Errorf("discovery server: %w", d.srv.Serve(d.ln)) }()
+	loops := []func(context.Context) error{d.backend.reader.Run, d.backend.store.Run}
+	waitLoops := startLoops(ctx, errc, loops)
+	var runErr error
+	select {
+	case runErr = <-errc:
+	case <-ctx.Done():
+	}
+	d.log.Info("shutting down")
+	sctx, scancel := context.WithTimeout(context.Background(), d.cfg.ShutdownGrace)
+	defer scancel()
+	if err := d.srv.Shutdown(sctx); err != nil && runErr == nil {
+		runErr = fmt.Errorf("discovery server shutdown: %w", err)
+	}
+	cancel()
+	waitLoops()
+	if errors.Is(runErr, http.ErrServerClosed) {
+		runErr = nil
+	}
+	return runErr
+}

@@ -1,0 +1,67 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/proxy-operator/proxy-operator/lease"
+	"github.com/proxy-operator/proxy-operator/lease/redisstore"
+)
+
+// redisBackend is the Redis lease store with the reader discovery serves from and, in the
+// operator, the publisher that fills it.
+type redisBackend struct {
+	client *redis.Client
+	store  *redisstore.Store
+	reader *redisstore.Reader
+	pub    *redisstore.Publisher
+}
+
+func newRedisBackend(s LeaseConfig, log *slog.Logger) (*redisBackend, error) {
+	redis.SetLogger(redisLog{log.With("component", "redis-client")})
+	client, err := redisstore.NewClient(s.Store, s.PasswordFile)
+	if err != nil {
+		return nil, fmt.Errorf("-lease-store: %w", err)
+	}
+	store, err := redisstore.New(redisstore.Config{Client: client,
+		RateLimitedCooldown: s.Cooldown, BannedCooldown: s.BanCooldown, MaxCooldown: s.MaxCooldown,
+		Log: log.With("component", "lease-store")})
+	if err != nil {
+		client.Close()
+		return nil, err
+	}
+	// The URL without its password: never log the password.
+	log.Info("lease store: redis", "url", redisstore.Redact(s.Store), "passwordFile", s.PasswordFile)
+	b := &redisBackend{client: client, store: store,
+		reader: redisstore.NewReader(redisstore.ReaderConfig{Store: store, Log: log.With("component", "lease-store")})}
+	// A first read before serving, so a restarted process answers from Redis at once. Redis
+	// being down is not fatal: discovery answers 503 until the reader's loop gets through.
+	ctx, cancel := context.WithTimeout(context.Background(), redisstore.DefaultTimeout)
+	defer cancel()
+	if err := b.reader.Refresh(ctx); err != nil {
+		log.Warn("lease store not reachable at start; discovery answers 503 until it is", "err", err)
+	}
+	return b, nil
+}
+
+// publisher makes the operator the one that publishes its fleet view and verdicts.
+func (b *redisBackend) publisher(view interface {
+	lease.Fleet
+	Complete() bool
+}, health lease.Health, log *slog.Logger) {
+	b.pub = redisstore.NewPublisher(redisstore.PublisherConfig{Store: b.store, Fleet: view, Health: health,
+		Complete: view.Complete, Log: log.With("component", "lease-store")})
+}
+
+func (b *redisBackend) close() { _ = b.client.Close() }
+
+// redisLog routes the Redis client's own messages (dial failures while Redis is out) into the
+// process log instead of bare lines on stderr. It is the client library's one global.
+type redisLog struct{ log *slog.Logger }
+
+func (l redisLog) Printf(_ context.Context, format string, v ...any) {
+	l.log.Warn("redis client", "detail", fmt.Sprintf(format, v...))
+}

@@ -1,0 +1,410 @@
+// Package server is the process's wiring: from a Config it builds the provider set, the
+// fleet view, the prober and its scheduler, the lease store, the orphan GC, the metrics
+// registry and the two servers (Metacontroller hooks and the crawlers' discovery API), and
+// Run serves them until its context ends, then shuts everything down in order. main.go only
+// turns flags into a Config; tests assemble the real process through New.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"k8s.io/client-go/dynamic"
+
+	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
+	"github.com/proxy-operator/proxy-operator/health"
+	"github.com/proxy-operator/proxy-operator/health/mark"
+	"github.com/proxy-operator/proxy-operator/internal/events"
+	"github.com/proxy-operator/proxy-operator/internal/fleet"
+	"github.com/proxy-operator/proxy-operator/internal/gc"
+	"github.com/proxy-operator/proxy-operator/internal/kube"
+	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/netpolicy"
+	"github.com/proxy-operator/proxy-operator/lease"
+	"github.com/proxy-operator/proxy-operator/providers"
+	"github.com/proxy-operator/proxy-operator/providers/factory"
+	"github.com/proxy-operator/proxy-operator/server/discovery"
+	"github.com/proxy-operator/proxy-operator/server/hooks"
+	"github.com/proxy-operator/proxy-operator/server/hooks/membudget"
+	"github.com/proxy-operator/proxy-operator/server/hooks/poolhook"
+	"github.com/proxy-operator/proxy-operator/server/replay"
+)
+
+// Operator is the assembled process. Build it with New, serve it with Run (once).
+type Operator struct {
+	cfg      Config
+	log      *slog.Logger
+	gatherer prometheus.Gatherer
+
+	providers *providers.Set
+	fleet     *fleet.View
+	prober    *health.HTTPProber
+	sched     *health.Scheduler
+	store     lease.Store
+	memory    *lease.Memory // the store when it is the in-memory one
+	redis     *redisBackend // the store's Redis side when -lease-store is set
+	collector *gc.Collector
+	kube      *kube.Clients
+	marker    *mark.Marker
+	events    *events.Recorder
+
+	hookSrv, discSrv *http.Server
+	hookLn, discLn   net.Listener
+}
+
+// Run builds the operator from c (New) and serves it until ctx ends (Operator.Run).
+func Run(ctx context.Context, c Config) error {
+	op, err := New(c)
+	if err != nil {
+		return err
+	}
+	return op.Run(ctx)
+}
+
+// New builds every part and binds both listeners, so the addresses are known when it returns.
+// On an error nothing is left open.
+func New(cfg Config) (_ *Operator, err error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	o := &Operator{cfg: cfg, log: log}
+	defer func() {
+		if err != nil {
+			o.close()
+		}
+	}()
+	reg, gat := cfg.Registerer, cfg.Gatherer
+	if reg == nil {
+		r := prometheus.NewRegistry()
+		r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		reg = r
+		if gat == nil {
+			gat = r
+		}
+	}
+	if g, ok := reg.(prometheus.Gatherer); ok && gat == nil {
+		gat = g
+	}
+	o.gatherer = gat
+
+	pcfg := factory.Default()
+	switch {
+	case cfg.Providers.File != "":
+		if pcfg, err = factory.Load(cfg.Providers.File); err != nil {
+			return nil, err
+		}
+	case cfg.Providers.Parsed != nil:
+		pcfg = *cfg.Providers.Parsed
+		if err := pcfg.Validate(); err != nil {
+			return nil, err
+		}
+	}
+	if o.providers, err = factory.Build(pcfg, factory.Deps{Metrics: providers.NewMetrics(reg)}); err != nil {
+		return nil, err
+	}
+	if len(cfg.Providers.Extra) > 0 {
+		o.providers = providers.NewSet(append(o.providers.Entries(), cfg.Providers.Extra...)...)
+	}
+	for _, e := range o.providers.Entries() {
+		log.Info("provider configured", "provider", e.Name, "type", e.Type)
+	}
+	tokens, err := discovery.Tokens(cfg.Discovery.Token, cfg.Discovery.TokenFile, cfg.Discovery.Insecure)
+	if err != nil {
+		return nil, err
+	}
+	if tokens != nil {
+		log.Info("discovery tokens loaded", "count", tokens.Len())
+	}
+
+	// Listeners first: the egress policy must know their bound addresses.
+	if o.hookLn, err = net.Listen("tcp", cfg.Hooks.Addr); err != nil {
+		return nil, fmt.Errorf("hook listener: %w", err)
+	}
+	if o.discLn, err = net.Listen("tcp", cfg.Discovery.Addr); err != nil {
+		return nil, fmt.Errorf("discovery listener: %w", err)
+	}
+	var loopbackProviders []string
+	for _, e := range o.providers.Entries() {
+		if e.Type == "mock" {
+			loopbackProviders = append(loopbackProviders, e.Name)
+		}
+	}
+	egress, err := netpolicy.New(netpolicy.Config{AllowLoopback: cfg.Egress.AllowLoopback, LoopbackProviders: loopbackProviders,
+		ExternalCIDRs: cfg.Egress.ExternalCIDRs, OwnListeners: []string{o.HookAddr(), o.DiscoveryAddr(), cfg.Hooks.Addr, cfg.Discovery.Addr}})
+	if err != nil {
+		return nil, err
+	}
+
+	if err := o.connect(); err != nil {
+		return nil, err
+	}
+	if err := o.checkDemo(); err != nil {
+		return nil, err
+	}
+
+	o.fleet = fleet.New(time.Now, cfg.FleetWarmup)
+	o.prober = health.NewHTTPProber(nil, health.WithEgressPolicy(egress))
+	hlog := cfg.Health.Log
+	if hlog == nil {
+		hlog = log.With("component", "health")
+	}
+	if o.sched, err = health.New(health.Config{View: o.fleet, Prober: o.prober, Workers: cfg.Health.Workers,
+		Registerer: reg, FleetDurationOnly: cfg.Health.DurationFleetOnly, Log: hlog, OnTransition: o.notifyTransition}); err != nil {
+		return nil, err
+	}
+	if o.kube != nil {
+		if o.marker, err = mark.New(mark.Config{
+			Patcher: mark.KubePatcher{Client: o.kube.Dynamic, Resource: kube.ProxyResource},
+			Behind:  mark.FleetBehind(o.fleet, o.sched),
+			QPS:     cfg.Health.MarkQPS, Log: log.With("component", "healthmark"),
+		}); err != nil {
+			return nil, err
+		}
+		o.events = events.NewRecorder(o.kube.Core, log.With("component", "events"))
+	}
+	h := &hooks.Hooks{
+		Providers:       o.providers,
+		Fleet:           o.fleet,
+		Health:          o.sched,
+		HealthResync:    health.ResyncPolicy{QPS: cfg.Health.ResyncQPS}.After,
+		Log:             log,
+		Registerer:      reg,
+		Gatherer:        gat,
+		MaxBodyBytes:    cfg.Hooks.MaxBodyBytes,
+		ProviderTimeout: cfg.Hooks.ProviderTimeout,
+		BodyReadTimeout: cfg.Hooks.BodyReadTimeout,
+		Egress:          egress,
+	}
+	memLimit, memSource := membudget.Limit(cfg.Hooks.MemoryLimit)
+	h.Budget = membudget.ForLimit(memLimit, 0, 0, cfg.Hooks.MaxBodyBytes)
+	log.Info("hook memory budget", "bytes", h.Budget.Size(), "memoryLimit", memLimit, "from", memSource)
+	if o.events != nil {
+		h.Events = o.events
+	}
+	if cfg.Capture.Dir != "" {
+		rec, err := replay.NewRecorder(cfg.Capture.Dir, log)
+		if err != nil {
+			return nil, err
+		}
+		rec.MaxBytes, rec.KeepSecrets = cfg.Capture.MaxBytes, cfg.Capture.Secrets
+		h.Recorder = rec
+		log.Warn("capturing every hook call", "dir", cfg.Capture.Dir)
+	}
+	disc := &discovery.Discovery{Fleet: o.fleet, Health: o.sched, Tokens: tokens, Insecure: cfg.Discovery.Insecure,
+		Log: log.With("component", "discovery"), Registerer: reg, MaxTTL: cfg.Lease.MaxTTL}
+
+	if cfg.Lease.Store == "" {
+		o.memory = lease.NewMemory(lease.Config{
+			Fleet: o.fleet, Health: o.sched, Now: time.Now,
+			RateLimitedCooldown: cfg.Lease.Cooldown,
+			BannedCooldown:      cfg.Lease.BanCooldown,
+			MaxCooldown:         cfg.Lease.MaxCooldown,
+			Observe:             cfg.Lease.Observe,
+			Admit: func(p fleet.Proxy) error {
+				return egress.CheckHost(p.IP, uint16(p.Port), netpolicy.Dest{External: p.Mode == v1.ModeExternal, Provider: p.Provider})
+			},
+		})
+		o.store = o.memory
+	} else {
+		// Discovery reads what the operator published, like every replica: after a restart it
+		// serves from Redis at once instead of waiting for the view to refill.
+		if o.redis, err = newRedisBackend(cfg.Lease, log); err != nil {
+			return nil, err
+		}
+		o.redis.publisher(o.fleet, o.sched, log)
+		o.store = o.redis.store
+		disc.Fleet, disc.Health = o.redis.reader, o.redis.reader
+	}
+	disc.Leases = o.store
+	// The ProxyPool controller's hooks read the lease store's view of each pool's members; a
+	// store without that view (Redis today) leaves pools sized by spec and rotated by age only.
+	h.Pools = &poolhook.Hooks{Log: log.With("component", "pools"), Metrics: poolhook.NewMetrics(reg)}
+	if pl, ok := o.store.(lease.PoolLoad); ok {
+		h.Pools.Load = pl
+	}
+	if o.events != nil {
+		h.Pools.Events = o.events // scale and rotation decisions as Events on the pool
+	}
+
+	if cfg.GC.Interval > 0 {
+		var dyn dynamic.Interface
+		if o.kube != nil {
+			dyn = o.kube.Dynamic
+		}
+		srcs := gc.Sources(o.fleet, dyn)
+		o.collector, err = gc.New(gc.Config{Providers: o.providers, Sources: srcs, Interval: cfg.GC.Interval, MinAge: cfg.GC.MinAge,
+			MaxDeletions: cfg.GC.MaxDeletions, DryRun: cfg.GC.DryRun, Log: log.With("component", "gc"), Registerer: reg})
+		if err != nil {
+			return nil, err
+		}
+		log.Info("orphan gc enabled", "source", srcs[0].Name(), "interval", cfg.GC.Interval.String(), "dryRun", cfg.GC.DryRun)
+	}
+
+	o.hookSrv = h.Server()
+	o.discSrv = disc.Server("")
+	return o, nil
+}
+
+// connect finds the Kubernetes client, or decides to run without one.
+func (o *Operator) connect() error {
+	cfg := o.cfg
+	if cfg.Kube.Clients != nil {
+		o.kube = cfg.Kube.Clients
+		return nil
+	}
+	rc, src, err := kube.Config(kube.Options{Kubeconfig: cfg.Kube.Kubeconfig, QPS: float32(cfg.Kube.QPS), Burst: cfg.Kube.Burst})
+	switch {
+	case errors.Is(err, kube.ErrNoCluster):
+		o.log.Info("no Kubernetes client: GC trusts the fleet view, health transitions reach status at the next resync, no events are recorded")
+		return nil
+	case err != nil:
+		return err
+	}
+	if o.kube, err = kube.NewClients(rc); err != nil {
+		return err
+	}
+	o.log.Info("kubernetes client", "source", string(src), "host", rc.Host, "qps", rc.QPS, "burst", rc.Burst)
+	return nil
+}
+
+// notifyTransition hands a verdict transition to the health annotation, when there is one.
+func (o *Operator) notifyTransition(key string, _ lifecycle.Health) {
+	if o.marker != nil {
+		o.marker.Notify(key)
+	}
+}
+
+// close releases what New acquired (listeners, the prober's connections, providers' resources).
+func (o *Operator) close() {
+	if o.events != nil {
+		o.events.Shutdown()
+		o.events = nil
+	}
+	for _, ln := range []net.Listener{o.hookLn, o.discLn} {
+		if ln != nil {
+			_ = ln.Close()
+		}
+	}
+	if o.redis != nil {
+		o.redis.close()
+	}
+	if o.prober != nil {
+		o.prober.Close()
+	}
+	if o.providers != nil {
+		if err := o.providers.Close(); err != nil {
+			o.log.Error("closing providers", "err", err)
+		}
+	}
+}
+
+// HookAddr is the bound address of the hook listener (sync, finalize, customize, /healthz,
+// /readyz, /metrics).
+func (o *Operator) HookAddr() string { return o.hookLn.Addr().String() }
+
+// DiscoveryAddr is the bound address of the discovery API listener.
+func (o *Operator) DiscoveryAddr() string { return o.discLn.Addr().String() }
+
+// Fleet is the process's fleet view.
+func (o *Operator) Fleet() *fleet.View { return o.fleet }
+
+// Health is the probe scheduler (the live verdict of every proxy).
+func (o *Operator) Health() *health.Scheduler { return o.sched }
+
+// Leases is the in-memory lease store (nil with -lease-store).
+func (o *Operator) Leases() *lease.Memory { return o.memory }
+
+// LeaseStore is the lease store, whichever it is.
+func (o *Operator) LeaseStore() lease.Store { return o.store }
+
+// Providers is the configured provider set.
+func (o *Operator) Providers() *providers.Set { return o.providers }
+
+// Gatherer is what /metrics serves.
+func (o *Operator) Gatherer() prometheus.Gatherer { return o.gatherer }
+
+// Run serves both listeners and runs the background loops (probes, lease expiry, GC) until
+// ctx ends or one of them fails; then it shuts the servers down within ShutdownGrace, stops
+// the loops and closes the providers. It returns the first failure, nil on a clean stop.
+func (o *Operator) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer o.close()
+	log := o.log
+	log.Info("listening", "hooks", o.HookAddr(), "discovery", o.DiscoveryAddr())
+
+	// Background loops return nil when ctx ends; an early return is a failure of the process.
+	background := []func(context.Context) error{o.sched.Run, o.store.Run}
+	if o.redis != nil {
+		background = append(background, o.redis.pub.Run, o.redis.reader.Run)
+	}
+	if o.collector != nil {
+		background = append(background, o.collector.Run)
+	}
+	if o.marker != nil {
+		background = append(background, o.marker.Run)
+	}
+	if o.cfg.Demo.Proxies > 0 {
+		background = append(background, o.runDemo)
+	}
+	// Room for every server's and loop's error, so none blocks after the first is taken.
+	errc := make(chan error, 2+len(background))
+	go func() { errc <- fmt.Errorf("hook server: %w", o.hookSrv.Serve(o.hookLn)) }()
+	go func() { errc <- fmt.Errorf("discovery server: %w", o.discSrv.Serve(o.discLn)) }()
+	waitLoops := startLoops(ctx, errc, background)
+
+	var runErr error
+	select {
+	case runErr = <-errc:
+	case <-ctx.Done():
+	}
+	log.Info("shutting down")
+	// Both servers stop together under one deadline: discovery must not keep granting
+	// leases while the hooks drain (or the reverse).
+	sctx, scancel := context.WithTimeout(context.Background(), o.cfg.ShutdownGrace)
+	defer scancel()
+	var hookErr, discErr error
+	var stopping sync.WaitGroup
+	stopping.Go(func() { hookErr = o.hookSrv.Shutdown(sctx) })
+	stopping.Go(func() { discErr = o.discSrv.Shutdown(sctx) })
+	stopping.Wait()
+	if hookErr != nil && runErr == nil {
+		runErr = fmt.Errorf("hook server shutdown: %w", hookErr)
+	}
+	if discErr != nil && runErr == nil {
+		runErr = fmt.Errorf("discovery server shutdown: %w", discErr)
+	}
+	cancel()
+	waitLoops()
+	if errors.Is(runErr, http.ErrServerClosed) {
+		runErr = nil
+	}
+	return runErr
+}
+
+// startLoops runs each background loop until ctx ends, sending a loop's error to errc (which
+// must have room for one error per loop); the returned wait blocks until all have returned.
+func startLoops(ctx context.Context, errc chan<- error, loops []func(context.Context) error) (wait func()) {
+	var wg sync.WaitGroup
+	for _, loop := range loops {
+		wg.Go(func() {
+			if err := loop(ctx); err != nil {
+				errc <- err
+			}
+		})
+	}
+	return wg.Wait
+}

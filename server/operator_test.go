@@ -1,0 +1,107 @@
+package server_test
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/proxy-operator/proxy-operator/providers/factory"
+	"github.com/proxy-operator/proxy-operator/providers/mock"
+	"github.com/proxy-operator/proxy-operator/server"
+)
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	res, err := (&http.Client{Timeout: 10 * time.Second}).Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(res.Body, 1<<16))
+	return res.StatusCode, string(b)
+}
+
+// TestNewRunStop: New binds both listeners (the ports are known at once), Run serves the hook
+// and discovery routers, and a cancelled context stops it cleanly and frees the ports.
+func TestNewRunStop(t *testing.T) {
+	op, err := server.New(server.Config{Hooks: server.HooksConfig{Addr: "127.0.0.1:0"}, Discovery: server.DiscoveryAPIConfig{Addr: "127.0.0.1:0", Token: "t0ken"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- op.Run(ctx) }()
+	for _, u := range []string{op.HookAddr() + "/healthz", op.HookAddr() + "/readyz", op.DiscoveryAddr() + "/healthz"} {
+		if code, body := get(t, "http://"+u); code != http.StatusOK {
+			t.Errorf("GET %s: %d %s", u, code, body)
+		}
+	}
+	if code, body := get(t, "http://"+op.HookAddr()+"/metrics"); code != http.StatusOK || !strings.Contains(body, "proxy_operator_proxies") {
+		t.Errorf("GET /metrics: %d, lacks proxy_operator_proxies", code)
+	}
+	if code, _ := get(t, "http://"+op.DiscoveryAddr()+"/v1/proxies"); code != http.StatusUnauthorized {
+		t.Errorf("discovery without the token: %d, want 401", code)
+	}
+	if e, ok := op.Providers().Lookup("mock"); !ok || e.Type != "mock" {
+		t.Errorf("default providers: %+v, want one mock named mock", op.Providers().Entries())
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run after cancel: %v", err)
+	}
+	for _, a := range []string{op.HookAddr(), op.DiscoveryAddr()} {
+		ln, err := net.Listen("tcp", a)
+		if err != nil {
+			t.Errorf("port %s still held after Run returned: %v", a, err)
+			continue
+		}
+		ln.Close()
+	}
+}
+
+// TestNewFailsCleanly: a setting out of range or a port in use is an error from New, and
+// whatever New had bound is released.
+func TestNewFailsCleanly(t *testing.T) {
+	if _, err := server.New(server.Config{Hooks: server.HooksConfig{Addr: "127.0.0.1:0"}, Discovery: server.DiscoveryAPIConfig{Addr: "127.0.0.1:0"}, Health: server.HealthConfig{Workers: -1}}); err == nil ||
+		!strings.Contains(err.Error(), "-probe-workers") {
+		t.Errorf("negative probe workers: %v, want an error naming the flag", err)
+	}
+	bad := factory.Config{Providers: []factory.Entry{{Name: "m", Type: "mock", Mock: &mock.Config{Faults: []mock.Fault{{Op: "reboot"}}}}}}
+	if _, err := server.New(server.Config{Hooks: server.HooksConfig{Addr: "127.0.0.1:0"}, Discovery: server.DiscoveryAPIConfig{Addr: "127.0.0.1:0"}, Providers: server.ProvidersConfig{Parsed: &bad}}); err == nil ||
+		!strings.Contains(err.Error(), `providers[0] (m): mock.faults[0]: fault op "reboot"`) {
+		t.Errorf("bad providers config: %v", err)
+	}
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	hook, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hookAddr := hook.Addr().String()
+	hook.Close()
+	if _, err := server.New(server.Config{Hooks: server.HooksConfig{Addr: hookAddr}, Discovery: server.DiscoveryAPIConfig{Addr: busy.Addr().String(), Insecure: true}}); err == nil ||
+		!strings.Contains(err.Error(), "discovery listener") {
+		t.Fatalf("discovery port in use: %v, want a discovery listener error", err)
+	}
+	ln, err := net.Listen("tcp", hookAddr)
+	if err != nil {
+		t.Fatalf("hook port kept after New failed: %v", err)
+	}
+	ln.Close()
+}
+
+// TestKubeconfigBroken: a kubeconfig that is named but unusable stops New, rather than the
+// operator quietly running without its Kubernetes client.
+func TestKubeconfigBroken(t *testing.T) {
+	_, err := server.New(server.Config{Hooks: server.HooksConfig{Addr: "127.0.0.1:0"}, Discovery: server.DiscoveryAPIConfig{Addr: "127.0.0.1:0", Insecure: true}, Kube: server.KubeConfig{Kubeconfig: t.TempDir() + "/absent"}})
+	if err == nil || !strings.Contains(err.Error(), "kubeconfig") {
+		t.Errorf("New with a missing kubeconfig: %v, want an error naming it", err)
+	}
+}

@@ -1,0 +1,60 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/proxy-operator/proxy-operator/server"
+)
+
+// TestPoolHooksServed: the operator serves the pools CompositeController's hooks on the hook
+// listener, and a pool sync shows in the pool metrics at /metrics.
+func TestPoolHooksServed(t *testing.T) {
+	op, err := server.New(server.Config{Hooks: server.HooksConfig{Addr: "127.0.0.1:0"}, Discovery: server.DiscoveryAPIConfig{Addr: "127.0.0.1:0", Token: "t0ken"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- op.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	body, err := os.ReadFile(filepath.Join("..", "testdata", "pools-sync", "steady", "request.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := &http.Client{Timeout: 10 * time.Second}
+	res, err := client.Post("http://"+op.HookAddr()+"/pools/sync", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(io.LimitReader(res.Body, 1<<20))
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK || !strings.Contains(string(b), `"desiredReplicas":3`) {
+		t.Fatalf("POST /pools/sync: %d %.300s", res.StatusCode, b)
+	}
+	code, metrics := get(t, "http://"+op.HookAddr()+"/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("GET /metrics: %d", code)
+	}
+	for _, want := range []string{
+		`proxy_operator_pool_members{pool="crawl/web",state="healthy"} 3`,
+		`proxy_operator_pool_desired_members{pool="crawl/web"} 3`,
+		`proxy_operator_hook_duration_seconds_count{hook="pools-sync"} 1`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}

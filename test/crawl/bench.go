@@ -1,0 +1,150 @@
+package crawl
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/proxy-operator/proxy-operator/client"
+	"github.com/proxy-operator/proxy-operator/test/crawlfarm"
+)
+
+// Config is one benchmark run: the farm, the fleet, the job and the strategies' knobs.
+type Config struct {
+	Sites, Strict int // K sites, the first Strict of them strict
+	Proxies       int // P mock proxies
+	Workers       int // W
+	URLsPerSite   int // M / K
+	Budget        time.Duration
+	// Operator cooldowns (zero: the operator's defaults, 15 min / 1 h / 24 h).
+	RateLimitedCooldown, BannedCooldown, MaxCooldown time.Duration
+	// RotatingBase and RotatingCap are the rotating strategy's backoff (scrapy-rotating-proxies
+	// defaults: 300 s and 3600 s).
+	RotatingBase, RotatingCap time.Duration
+	// Strategies to run, in order (default: random, rotating, leases).
+	Strategies []string
+}
+
+// Default is the `make bench-crawl` run: 8 sites, 6 strict; 16 proxies; 16 workers; 4,000 URLs;
+// 90 s per strategy.
+func Default() Config {
+	return Config{Sites: 8, Strict: 6, Proxies: 16, Workers: 16, URLsPerSite: 500, Budget: 90 * time.Second,
+		RotatingBase: 300 * time.Second, RotatingCap: time.Hour}
+}
+
+// Row is one strategy's figures: the crawler's counts and the farm's.
+type Row struct {
+	Result
+	Farm crawlfarm.Stats
+	// Unbanned is how many of the fleet's proxies were banned on no site at the end.
+	Unbanned, Proxies int
+}
+
+// Share429 and Share403 are the shares of answered requests that were 429 and 403.
+func (r Row) Share429() float64 { return share(r.Farm.Total.Limited, r.Farm.Total.Requests()) }
+func (r Row) Share403() float64 { return share(r.Farm.Total.Refused, r.Farm.Total.Requests()) }
+
+func share(n, of int64) float64 {
+	if of == 0 {
+		return 0
+	}
+	return float64(n) / float64(of)
+}
+
+// Run runs every strategy on a fresh operator and a fresh farm, so no strategy inherits
+// another's cooldowns or bans.
+func Run(ctx context.Context, cfg Config, progress func(string)) ([]Row, error) {
+	if progress == nil {
+		progress = func(string) {}
+	}
+	names := cfg.Strategies
+	if len(names) == 0 {
+		names = []string{"random", "rotating", "leases"}
+	}
+	var rows []Row
+	for _, name := range names {
+		row, err := runOne(ctx, cfg, name, progress)
+		if err != nil {
+			return rows, err
+		}
+		rows = append(rows, row)
+	}
+	return rows, nil
+}
+
+const token = "bench-crawler-token"
+
+func runOne(ctx context.Context, cfg Config, name string, progress func(string)) (Row, error) {
+	progress(fmt.Sprintf("%s: starting the operator with %d mock proxies", name, cfg.Proxies))
+	op, err := StartOperator(ctx, OperatorConfig{Proxies: cfg.Proxies, MaxLeases: cfg.Workers * cfg.Sites, Token: token,
+		RateLimitedCooldown: cfg.RateLimitedCooldown, BannedCooldown: cfg.BannedCooldown, MaxCooldown: cfg.MaxCooldown})
+	if err != nil {
+		return Row{}, err
+	}
+	defer op.Close()
+	farm, err := crawlfarm.Start(crawlfarm.MostlyStrict(cfg.Sites, cfg.Strict))
+	if err != nil {
+		return Row{}, err
+	}
+	defer farm.Close()
+	c, err := client.New(op.DiscoveryURL, client.WithToken(op.Token), client.WithRetry(1, time.Second))
+	if err != nil {
+		return Row{}, err
+	}
+	sel := map[string]string{"pool": "crawl"}
+	// A pool API hands out each proxy's credential with its address; the operator's own
+	// record of it plays that part (the discovery list never carries one).
+	auth := func(id string) *url.Userinfo {
+		if p, ok := op.View.Get(id); ok && p.Credentials != nil {
+			return url.UserPassword(p.Credentials.Username, p.Credentials.Password)
+		}
+		return nil
+	}
+	var s strategy
+	switch name {
+	case "random":
+		s = &random{pool: pool{c: c, selector: sel, auth: auth}}
+	case "rotating":
+		s = &rotating{pool: pool{c: c, selector: sel, auth: auth}, base: cfg.RotatingBase, cap: cfg.RotatingCap, state: map[string]*rotState{}}
+	case "leases":
+		s = &leases{c: c, selector: sel, sites: farm.Hosts(), ttl: time.Minute, held: map[[2]int]*heldLease{}, wait: map[[2]int]time.Duration{}}
+	default:
+		return Row{}, fmt.Errorf("crawl: unknown strategy %q", name)
+	}
+	progress(fmt.Sprintf("%s: crawling %d URLs over %d sites with %d workers (budget %s)", name, cfg.URLsPerSite*cfg.Sites, cfg.Sites, cfg.Workers, cfg.Budget))
+	res, err := run(ctx, Job{Sites: farm.Hosts(), URLsPerSite: cfg.URLsPerSite, Workers: cfg.Workers, Budget: cfg.Budget}, s)
+	if err != nil {
+		return Row{}, err
+	}
+	st := farm.Stats()
+	proxyIPs := map[string]bool{}
+	for _, p := range op.View.List() {
+		proxyIPs[p.IP] = true
+	}
+	banned := 0
+	for _, ip := range st.BannedNow {
+		if proxyIPs[ip] {
+			banned++
+		}
+	}
+	return Row{Result: res, Farm: st, Unbanned: len(proxyIPs) - banned, Proxies: len(proxyIPs)}, nil
+}
+
+// Table renders the rows as a Markdown table.
+func Table(rows []Row, budget time.Duration) string {
+	var b strings.Builder
+	b.WriteString("| strategy | pages/min | pages | requests | 429 share | 403 share | bans incurred | proxies unbanned at end | time to finish |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range rows {
+		finish := "not finished in " + budget.String()
+		if r.Finished {
+			finish = r.Elapsed.Round(100 * time.Millisecond).String()
+		}
+		fmt.Fprintf(&b, "| %s | %.0f | %d | %d | %.1f %% | %.1f %% | %d | %d / %d | %s |\n",
+			r.Strategy, r.PagesPerMinute(), r.Pages, r.Farm.Total.Requests(), 100*r.Share429(), 100*r.Share403(),
+			r.Farm.Total.Bans, r.Unbanned, r.Proxies, finish)
+	}
+	return b.String()
+}
