@@ -120,6 +120,9 @@ type LeaseConfig struct {
 	// replicas; empty: the in-memory store. PasswordFile holds its password.
 	Store        string
 	PasswordFile string
+	// StorePrefix starts every key of the Redis store (empty: redisstore.DefaultPrefix); two
+	// operators sharing one Redis database need different prefixes.
+	StorePrefix string
 	// Observe, when set, sees every change of the lease store under its lock (tests; the
 	// in-memory store only).
 	Observe func(lease.Event)

@@ -79,7 +79,8 @@ func (l *LeaseConfig) bindFlags(fs *flag.FlagSet, storeNote string) {
 	fs.DurationVar(&l.BanCooldown, "lease-ban-cooldown", l.BanCooldown, "cooldown of a proxy for a target after a banned report; every process sharing a store must agree")
 	fs.DurationVar(&l.MaxCooldown, "lease-max-cooldown", l.MaxCooldown, "cap of a cooldown grown by repeated reports; every process sharing a store must agree")
 	fs.StringVar(&l.Store, "lease-store", l.Store, "Redis URL (redis://host:port[/db], rediss:// for TLS) that keeps leases, cooldowns and sessions and receives the fleet for discovery replicas"+storeNote)
-	fs.StringVar(&l.PasswordFile, "lease-store-password-file", l.PasswordFile, "file holding the Redis password (a mounted Secret; wins over the URL's; a missing file means none)")
+	fs.StringVar(&l.PasswordFile, "lease-store-password-file", l.PasswordFile, "file holding the Redis password (a mounted Secret; wins over the URL's; a missing file is an error)")
+	fs.StringVar(&l.StorePrefix, "lease-store-prefix", l.StorePrefix, "prefix of every Redis key of the lease store (empty: \"{proxy-operator}:\"); give each operator sharing one Redis database its own, with its discovery replicas using the same; keep a {hash tag} for Redis Cluster")
 }
 
 func (h *HealthConfig) bindFlags(fs *flag.FlagSet) {

@@ -22,8 +22,9 @@ const (
 
 // NewClient returns a client for rawURL (redis://[user[:password]@]host:port[/db], or rediss://
 // for TLS). passwordFile, when set, holds the password (a mounted Secret) and wins over one in
-// the URL; a file that does not exist means no password (an optional Secret not created), an
-// empty one is an error. Errors never carry the password.
+// the URL. A file that does not exist is an error (a wrong path would otherwise mean "no
+// password" and surface later as NOAUTH, hiding the cause), and so is an empty one. Errors
+// never carry the password.
 func NewClient(rawURL, passwordFile string) (*redis.Client, error) {
 	if rawURL == "" {
 		return nil, errors.New("redis URL is empty")
@@ -37,6 +38,7 @@ func NewClient(rawURL, passwordFile string) (*redis.Client, error) {
 		b, err := os.ReadFile(passwordFile)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
+			return nil, fmt.Errorf("redis password file %s does not exist (without a password, give no -lease-store-password-file)", passwordFile)
 		case err != nil:
 			return nil, fmt.Errorf("redis password file: %w", err)
 		case strings.TrimSpace(string(b)) == "":

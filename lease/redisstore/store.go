@@ -116,6 +116,9 @@ func New(cfg Config) (*Store, error) {
 
 func (s *Store) keys() []string { return []string{s.cfg.Prefix} }
 
+// Prefix is the prefix every key of the store starts with.
+func (s *Store) Prefix() string { return s.cfg.Prefix }
+
 // head is the two arguments every script starts with: now and the session idle time.
 func (s *Store) head(extra int) []any {
 	now := ""
