@@ -80,9 +80,11 @@ bench-probes:
 # handlers on the same server; then 2 `proxy-operator discovery` processes sharing one Redis;
 # then the index against a fleet scan and the two stores under 64 goroutines without HTTP
 # (about 2 minutes in all; needs redis-server).
-## bench-discovery: lease+release over loopback HTTP on the in-memory and the Redis store, 2 discovery processes on one Redis, the lease index (about 2 min; needs redis-server)
+# Then the Redis topologies (single, Sentinel with and without WAIT, a 3-primary Cluster) and
+# 1 against 3 discovery processes on one Cluster (about 1 min more; needs redis-sentinel).
+## bench-discovery: lease+release over loopback HTTP on the in-memory and the Redis store, 2 discovery processes on one Redis, Sentinel and Cluster, 3 processes on one Cluster, the lease index (about 3 min; needs redis-server, redis-sentinel)
 bench-discovery:
-	$(GO) test -run '^$$' -bench 'BenchmarkDiscoveryLease|BenchmarkDiscoveryRedisReplicas' -benchtime 3x -timeout 20m ./server/discovery/
+	$(GO) test -run '^$$' -bench 'BenchmarkDiscoveryLease|BenchmarkDiscoveryRedisReplicas|BenchmarkDiscoveryRedisTopologies|BenchmarkDiscoveryClusterReplicas' -benchtime 3x -timeout 20m ./server/discovery/
 	$(GO) test -run '^$$' -bench BenchmarkAcquireRelease -benchtime 1s ./lease/ ./lease/redisstore/
 
 # bench-crawl: one crawl job (4,000 URLs over 8 loopback sites, 6 strict; 16 workers; 16 mock

@@ -16,31 +16,11 @@ import (
 
 	"github.com/proxy-operator/proxy-operator/internal/clocktest"
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
+	"github.com/proxy-operator/proxy-operator/internal/healthtest"
 	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
 	"github.com/proxy-operator/proxy-operator/lease"
 	"github.com/proxy-operator/proxy-operator/server/discovery"
 )
-
-// health is the prober's verdict as the test sets it (the operator: health.Scheduler).
-type health struct {
-	mu sync.Mutex
-	m  map[string]lifecycle.Health
-}
-
-func (h *health) Health(key string) lifecycle.Health {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if v, ok := h.m[key]; ok {
-		return v
-	}
-	return lifecycle.Health{State: lifecycle.HealthUnknown}
-}
-
-func (h *health) set(key string, s lifecycle.HealthState, latency int64) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.m[key] = lifecycle.Health{State: s, LatencyMillis: latency}
-}
 
 // api is the real discovery server (server.Discovery over lease.Memory and a fleet view)
 // served over loopback HTTP, on a clock the test moves.
@@ -48,14 +28,14 @@ type api struct {
 	url    string
 	clock  *clocktest.Clock
 	view   *fleet.View
-	health *health
+	health *healthtest.Map
 }
 
 func startAPI(t *testing.T, token string, warmup time.Duration) *api {
 	t.Helper()
 	clock := clocktest.New(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
 	view := fleet.New(clock.Now, warmup)
-	h := &health{m: map[string]lifecycle.Health{}}
+	h := &healthtest.Map{}
 	store := lease.NewMemory(lease.Config{Fleet: view, Health: h, Now: clock.Now,
 		RateLimitedCooldown: time.Minute, BannedCooldown: time.Hour, MaxCooldown: 24 * time.Hour})
 	d := &discovery.Discovery{Fleet: view, Health: h, Leases: store, Token: token, Insecure: token == "", Now: clock.Now, Log: slog.New(slog.DiscardHandler)}
@@ -68,7 +48,7 @@ func (a *api) addProxy(name, ip, geo string, state lifecycle.HealthState, latenc
 	key := "crawl/" + name
 	a.view.Upsert(fleet.Proxy{Key: key, UID: "uid-" + name, IP: ip, Port: 3128, Attributes: map[string]string{"geo": geo},
 		MaxLeases: 2, Phase: "Ready"})
-	a.health.set(key, state, latency)
+	a.health.Set(key, lifecycle.Health{State: state, LatencyMillis: latency})
 }
 
 // newClient returns a client whose waits move the API's clock instead of sleeping, and
@@ -167,7 +147,7 @@ func TestNoMatchCountsAfterRetries(t *testing.T) {
 	a.addProxy("eu-2", "127.0.0.12", "eu", lifecycle.HealthUnhealthy, 5)
 	a.addProxy("eu-3", "127.0.0.13", "eu", lifecycle.HealthHealthy, 50)
 	a.view.Upsert(fleet.Proxy{Key: "crawl/eu-4", UID: "uid-eu-4", IP: "127.0.0.14", Port: 3128, Attributes: map[string]string{"geo": "eu"}, MaxLeases: 4, Phase: "Ready"})
-	a.health.set("crawl/eu-4", lifecycle.HealthHealthy, 60)
+	a.health.Set("crawl/eu-4", lifecycle.Health{State: lifecycle.HealthHealthy, LatencyMillis: 60})
 	c, waits := newClient(t, a, WithRetry(1, time.Second))
 	ctx := context.Background()
 	sel := map[string]string{"geo": "eu"}

@@ -19,7 +19,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -30,27 +29,13 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
+	"github.com/proxy-operator/proxy-operator/internal/healthtest"
 	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
 	"github.com/proxy-operator/proxy-operator/lease"
 	"github.com/proxy-operator/proxy-operator/server/discovery"
 )
 
 const token = "openapi-test-token"
-
-// health is a settable verdict per proxy: the prober is not what this test is about.
-type health struct {
-	mu sync.Mutex
-	m  map[string]lifecycle.Health
-}
-
-func (h *health) Health(key string) lifecycle.Health {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if v, ok := h.m[key]; ok {
-		return v
-	}
-	return lifecycle.Health{State: lifecycle.HealthUnknown}
-}
 
 // discovery is a real discovery server on a real listener.
 type discoveryServer struct {
@@ -61,10 +46,10 @@ type discoveryServer struct {
 func newDiscovery(t *testing.T, warmup time.Duration, proxies ...fleet.Proxy) *discoveryServer {
 	t.Helper()
 	view := fleet.New(time.Now, warmup)
-	h := &health{m: map[string]lifecycle.Health{}}
+	h := &healthtest.Map{}
 	for _, p := range proxies {
 		view.Upsert(p)
-		h.m[p.Key] = lifecycle.Health{State: lifecycle.HealthHealthy, LatencyMillis: 12}
+		h.Set(p.Key, lifecycle.Health{State: lifecycle.HealthHealthy, LatencyMillis: 12})
 	}
 	// A small cooldown bound, so an exchange can reach the report's 429.
 	store := lease.NewMemory(lease.Config{Fleet: view, Health: h, MaxCooldownsPerProxy: 2})

@@ -77,8 +77,9 @@ func TestDeniedCountsFullPools(t *testing.T) {
 	if _, err := f.acquire(t, Request{Selector: map[string]string{"geo": "eu"}}); !errors.Is(err, ErrNoMatch) {
 		t.Fatalf("Acquire with both pools full: %v", err)
 	}
-	got := map[string]int64{"web": f.store.Denied("web"), "api": f.store.Denied("api"), "none": f.store.Denied("")}
-	if diff := cmp.Diff(map[string]int64{"web": 4, "api": 1, "none": 0}, got); diff != "" {
+	got := map[string]int64{"web": f.store.Denied("ns", "web"), "api": f.store.Denied("ns", "api"), "none": f.store.Denied("ns", ""),
+		"web elsewhere": f.store.Denied("other", "web")}
+	if diff := cmp.Diff(map[string]int64{"web": 4, "api": 1, "none": 0, "web elsewhere": 0}, got); diff != "" {
 		t.Errorf("denied (-want +got):\n%s", diff)
 	}
 }

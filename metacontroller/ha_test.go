@@ -2,6 +2,8 @@ package metacontroller_test
 
 import (
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -34,6 +36,9 @@ func TestHAOverlay(t *testing.T) {
 	r.get(t, "ConfigMap/"+namespace+"/"+redisConfig, &cm)
 
 	url := cm.Data["REDIS_URL"]
+	if _, err := strconv.Atoi(cm.Data["REDIS_WAIT_REPLICAS"]); err != nil {
+		t.Errorf("ConfigMap %s REDIS_WAIT_REPLICAS = %q, want a number", redisConfig, cm.Data["REDIS_WAIT_REPLICAS"])
+	}
 	if !strings.HasPrefix(url, "redis://") && !strings.HasPrefix(url, "rediss://") {
 		t.Errorf("ConfigMap %s REDIS_URL = %q, want a redis:// or rediss:// URL", redisConfig, url)
 	}
@@ -65,6 +70,16 @@ func TestHAOverlay(t *testing.T) {
 		}
 		if !fromCM {
 			t.Errorf("%s: REDIS_URL does not come from ConfigMap %s", dep.Name, redisConfig)
+		}
+		// Both wait for the same number of replicas, from the same ConfigMap key.
+		if got, ok := argValue(c.Args, "-lease-store-wait-replicas"); !ok || got != "$(REDIS_WAIT_REPLICAS)" {
+			t.Errorf("%s: -lease-store-wait-replicas %q, want $(REDIS_WAIT_REPLICAS)", dep.Name, got)
+		}
+		if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
+			return e.Name == "REDIS_WAIT_REPLICAS" && e.ValueFrom != nil && e.ValueFrom.ConfigMapKeyRef != nil &&
+				e.ValueFrom.ConfigMapKeyRef.Name == redisConfig && e.ValueFrom.ConfigMapKeyRef.Key == "REDIS_WAIT_REPLICAS"
+		}) {
+			t.Errorf("%s: REDIS_WAIT_REPLICAS does not come from ConfigMap %s", dep.Name, redisConfig)
 		}
 		pwFile, ok := argValue(c.Args, "-lease-store-password-file")
 		if !ok {

@@ -115,14 +115,20 @@ type LeaseConfig struct {
 	Cooldown    time.Duration
 	BanCooldown time.Duration
 	MaxCooldown time.Duration
-	// Store, when set, is the URL of a Redis (redis:// or rediss://) that keeps leases,
-	// cooldowns and sessions, and to which the fleet and health are published for discovery
-	// replicas; empty: the in-memory store. PasswordFile holds its password.
+	// Store, when set, is the URL of a Redis (redis://, redis+sentinel://, redis+cluster://,
+	// rediss for TLS: see redisstore.ClientConfig) that keeps leases, cooldowns and sessions,
+	// and to which the fleet and health are published for discovery replicas; empty: the
+	// in-memory store. PasswordFile holds its password.
 	Store        string
 	PasswordFile string
 	// StorePrefix starts every key of the Redis store (empty: redisstore.DefaultPrefix); two
 	// operators sharing one Redis database need different prefixes.
 	StorePrefix string
+	// CAFile verifies a rediss store's servers; CertFile and KeyFile are the client
+	// certificate. WaitReplicas, above 0, makes every change wait for that many replicas
+	// (redisstore.Config.WaitReplicas).
+	CAFile, CertFile, KeyFile string
+	WaitReplicas              int
 	// Observe, when set, sees every change of the lease store under its lock (tests; the
 	// in-memory store only).
 	Observe func(lease.Event)

@@ -78,8 +78,14 @@ func (l *LeaseConfig) bindFlags(fs *flag.FlagSet, storeNote string) {
 	fs.DurationVar(&l.Cooldown, "lease-cooldown", l.Cooldown, "cooldown of a proxy for a target after a rate_limited report without the site's Retry-After (with one: exactly that); every process sharing a store must agree")
 	fs.DurationVar(&l.BanCooldown, "lease-ban-cooldown", l.BanCooldown, "cooldown of a proxy for a target after a banned report; every process sharing a store must agree")
 	fs.DurationVar(&l.MaxCooldown, "lease-max-cooldown", l.MaxCooldown, "cap of a cooldown grown by repeated reports; every process sharing a store must agree")
-	fs.StringVar(&l.Store, "lease-store", l.Store, "Redis URL (redis://host:port[/db], rediss:// for TLS) that keeps leases, cooldowns and sessions and receives the fleet for discovery replicas"+storeNote)
-	fs.StringVar(&l.PasswordFile, "lease-store-password-file", l.PasswordFile, "file holding the Redis password (a mounted Secret; wins over the URL's; a missing file is an error)")
+	fs.StringVar(&l.Store, "lease-store", l.Store, "Redis URL that keeps leases, cooldowns and sessions and receives the fleet for discovery replicas: "+
+		"redis://host:port[/db], redis+sentinel://host:port[,host:port]/MASTER[/db] (a Sentinel master set), "+
+		"redis+cluster://host:port[,host:port] (a Redis Cluster); rediss for TLS"+storeNote)
+	fs.StringVar(&l.PasswordFile, "lease-store-password-file", l.PasswordFile, "file holding the Redis password of the data nodes (a mounted Secret; wins over the URL's; a missing file is an error)")
+	fs.StringVar(&l.CAFile, "lease-store-ca-file", l.CAFile, "PEM certificates that verify a rediss lease store (default: the system's roots)")
+	fs.StringVar(&l.CertFile, "lease-store-cert-file", l.CertFile, "client certificate for a rediss lease store that asks for one (with -lease-store-key-file)")
+	fs.StringVar(&l.KeyFile, "lease-store-key-file", l.KeyFile, "private key of -lease-store-cert-file")
+	fs.IntVar(&l.WaitReplicas, "lease-store-wait-replicas", l.WaitReplicas, "replicas that must confirm every lease change (Redis WAIT) before it is answered, so a Sentinel failover loses no acknowledged grant; 0: do not wait")
 	fs.StringVar(&l.StorePrefix, "lease-store-prefix", l.StorePrefix, "prefix of every Redis key of the lease store (empty: \"{proxy-operator}:\"); give each operator sharing one Redis database its own, with its discovery replicas using the same; keep a {hash tag} for Redis Cluster")
 }
 

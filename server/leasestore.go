@@ -14,7 +14,7 @@ import (
 // redisBackend is the Redis lease store with the reader discovery serves from and, in the
 // operator, the publisher that fills it.
 type redisBackend struct {
-	client *redis.Client
+	client redis.UniversalClient
 	store  *redisstore.Store
 	reader *redisstore.Reader
 	pub    *redisstore.Publisher
@@ -22,11 +22,12 @@ type redisBackend struct {
 
 func newRedisBackend(s LeaseConfig, log *slog.Logger) (*redisBackend, error) {
 	redis.SetLogger(redisLog{log.With("component", "redis-client")})
-	client, err := redisstore.NewClient(s.Store, s.PasswordFile)
+	client, err := redisstore.NewClient(redisstore.ClientConfig{URL: s.Store, PasswordFile: s.PasswordFile,
+		CAFile: s.CAFile, CertFile: s.CertFile, KeyFile: s.KeyFile})
 	if err != nil {
 		return nil, fmt.Errorf("-lease-store: %w", err)
 	}
-	store, err := redisstore.New(redisstore.Config{Client: client, Prefix: s.StorePrefix,
+	store, err := redisstore.New(redisstore.Config{Client: client, WaitReplicas: s.WaitReplicas, Prefix: s.StorePrefix,
 		RateLimitedCooldown: s.Cooldown, BannedCooldown: s.BanCooldown, MaxCooldown: s.MaxCooldown,
 		Log: log.With("component", "lease-store")})
 	if err != nil {
@@ -34,7 +35,8 @@ func newRedisBackend(s LeaseConfig, log *slog.Logger) (*redisBackend, error) {
 		return nil, err
 	}
 	// The URL without its password: never log the password.
-	log.Info("lease store: redis", "url", redisstore.Redact(s.Store), "passwordFile", s.PasswordFile, "prefix", store.Prefix())
+	log.Info("lease store: redis", "url", redisstore.Redact(s.Store), "topology", string(redisstore.TopologyOf(s.Store)),
+		"passwordFile", s.PasswordFile, "waitReplicas", s.WaitReplicas, "prefix", store.Prefix())
 	b := &redisBackend{client: client, store: store,
 		reader: redisstore.NewReader(redisstore.ReaderConfig{Store: store, Log: log.With("component", "lease-store")})}
 	// A first read before serving, so a restarted process answers from Redis at once. Redis
@@ -52,7 +54,7 @@ func newRedisBackend(s LeaseConfig, log *slog.Logger) (*redisBackend, error) {
 // checkDurability warns when the Redis server's appendfsync is not "always": a crash then
 // loses the last second of leases and cooldowns (README, "Redis"). A server that refuses
 // CONFIG GET (a managed Redis, an ACL) is only noted: the check is advice, not a gate.
-func checkDurability(ctx context.Context, client *redis.Client, log *slog.Logger) {
+func checkDurability(ctx context.Context, client redis.UniversalClient, log *slog.Logger) {
 	v, err := client.ConfigGet(ctx, "appendfsync").Result()
 	switch {
 	case err != nil:
@@ -63,7 +65,7 @@ func checkDurability(ctx context.Context, client *redis.Client, log *slog.Logger
 	}
 }
 
-func appendOnly(ctx context.Context, client *redis.Client) string {
+func appendOnly(ctx context.Context, client redis.UniversalClient) string {
 	v, _ := client.ConfigGet(ctx, "appendonly").Result()
 	return v["appendonly"]
 }

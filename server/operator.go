@@ -229,8 +229,8 @@ func New(cfg Config) (_ *Operator, err error) {
 		disc.Fleet, disc.Health = o.redis.reader, o.redis.reader
 	}
 	disc.Leases = o.store
-	// The ProxyPool controller's hooks read the lease store's view of each pool's members; a
-	// store without that view (Redis today) leaves pools sized by spec and rotated by age only.
+	// The ProxyPool controller's hooks read the lease store's view of each pool's members
+	// (both stores have it; with Redis it is what every replica granted and refused).
 	h.Pools = &poolhook.Hooks{Log: log.With("component", "pools"), Metrics: poolhook.NewMetrics(reg)}
 	if pl, ok := o.store.(lease.PoolLoad); ok {
 		h.Pools.Load = pl

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxy-operator/proxy-operator/internal/redistest"
 	"github.com/proxy-operator/proxy-operator/server"
 )
 
@@ -56,5 +57,52 @@ func TestPoolHooksServed(t *testing.T) {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
+	}
+}
+
+// TestPoolHooksReadRedis: with -lease-store the pool hooks read the pools' lease view from
+// Redis: a sync answers while Redis is up, and a 503 with Retry-After while it is down, rather
+// than deciding on no leases (which would scale down or drain members crawlers hold).
+func TestPoolHooksReadRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	op, err := server.New(server.Config{Hooks: server.HooksConfig{Addr: "127.0.0.1:0"}, Discovery: server.DiscoveryAPIConfig{Addr: "127.0.0.1:0", Token: "t0ken"},
+		Lease: server.LeaseConfig{Store: "redis://" + srv.Addr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- op.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	body, err := os.ReadFile(filepath.Join("..", "testdata", "pools-sync", "steady", "request.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := &http.Client{Timeout: 10 * time.Second}
+	sync := func() (int, string, string) {
+		t.Helper()
+		res, err := client.Post("http://"+op.HookAddr()+"/pools/sync", "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(io.LimitReader(res.Body, 1<<20))
+		res.Body.Close()
+		return res.StatusCode, res.Header.Get("Retry-After"), string(b)
+	}
+	if code, _, b := sync(); code != http.StatusOK || !strings.Contains(b, `"desiredReplicas":3`) {
+		t.Fatalf("POST /pools/sync with Redis up: %d %.300s", code, b)
+	}
+	srv.Kill()
+	if code, ra, b := sync(); code != http.StatusServiceUnavailable || ra == "" {
+		t.Errorf("POST /pools/sync with Redis down: %d (Retry-After %q) %.300s, want 503 with Retry-After", code, ra, b)
+	}
+	srv.Restart()
+	if code, _, b := sync(); code != http.StatusOK {
+		t.Errorf("POST /pools/sync with Redis back: %d %.300s", code, b)
 	}
 }

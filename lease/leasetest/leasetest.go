@@ -67,6 +67,8 @@ func Run(t *testing.T, f Factory) {
 		{"LeaseCarriesTheRecord", testLeaseRecord},
 		{"OneHolderPerProxyAndTarget", testOneHolder},
 		{"NoMatchSaysWhen", testNoMatchSaysWhen},
+		{"NamespacesLimitTheLease", testNamespaces},
+		{"PoolLoad", testPoolLoad},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, f) })
 	}
@@ -82,6 +84,7 @@ type fixture struct {
 
 // Spec describes one proxy: healthy with the given latency unless Unhealthy.
 type spec struct {
+	ns        string // default "ns"
 	name      string
 	attrs     map[string]string
 	max       int32
@@ -109,7 +112,11 @@ func newFixtureEnv(t *testing.T, f Factory, maxSessions int, specs ...spec) *fix
 
 // put adds or replaces a proxy (the caller syncs).
 func (fx *fixture) put(s spec) {
-	p := fleet.Proxy{Key: "ns/" + s.name, UID: s.name, IP: "10.0.0.1", Port: 3128, Attributes: s.attrs, MaxLeases: s.max, Deleting: s.deleting}
+	ns := s.ns
+	if ns == "" {
+		ns = "ns"
+	}
+	p := fleet.Proxy{Key: ns + "/" + s.name, UID: s.name, IP: "10.0.0.1", Port: 3128, Attributes: s.attrs, MaxLeases: s.max, Deleting: s.deleting}
 	if s.noIP {
 		p.IP = ""
 	}
@@ -803,5 +810,87 @@ func testNoMatchSaysWhen(t *testing.T, f Factory) {
 		t.Fatal("lease on an unhealthy proxy")
 	} else if nm := new(lease.NoMatchError); !errors.As(err, &nm) || !nm.FreeAt.IsZero() {
 		t.Errorf("only unhealthy: %v, free at %v, want none", err, nm.FreeAt)
+	}
+}
+
+// testNamespaces: a request limited to namespaces (a scoped token's lease rights) is granted
+// only proxies in them, and its refusal counts only those proxies, even where another
+// namespace's proxies carry the same attributes.
+func testNamespaces(t *testing.T, f Factory) {
+	fx := newFixture(t, f, spec{ns: "a", name: "p", attrs: eu, max: 1, latency: 10}, spec{ns: "b", name: "p", attrs: eu, max: 1, latency: 20})
+	for range 2 {
+		_, err := fx.acquire(t, lease.Request{Selector: eu, Namespaces: []string{"b"}})
+		if err == nil {
+			continue
+		}
+		var nm *lease.NoMatchError
+		// FreeAt (the lease's expiry) is testNoMatchSaysWhen's subject.
+		if !errors.As(err, &nm) || *nm != (lease.NoMatchError{Matching: 1, AtCapacity: 1, FreeAt: nm.FreeAt}) {
+			t.Errorf("second lease in b: %v, want 1 matching at capacity", err)
+		}
+	}
+	if got := active(t, fx.h.Store); !cmp.Equal(got, map[string]int{"b/p": 1}) {
+		t.Errorf("active %v, want only b/p leased", got)
+	}
+	if got := fx.mustAcquire(t, lease.Request{Selector: eu}).Proxy.Key; got != "a/p" {
+		t.Errorf("unlimited lease on %s, want a/p", got)
+	}
+	if _, err := fx.acquire(t, lease.Request{Selector: eu, Namespaces: []string{}}); !errors.Is(err, lease.ErrNoMatch) {
+		t.Errorf("lease with no namespaces: %v, want no match", err)
+	}
+}
+
+// testPoolLoad: a store that implements lease.PoolLoad reports each member's leases and
+// cooling targets, and counts a refusal for capacity once per pool, keyed by namespace and
+// pool: the same pool name in another namespace keeps its own count.
+func testPoolLoad(t *testing.T, f Factory) {
+	ctx := context.Background()
+	web := map[string]string{"pool": "web"}
+	fx := newFixture(t, f, spec{name: "w1", attrs: web, max: 1}, spec{name: "w2", attrs: web, max: 2},
+		spec{ns: "other", name: "w1", attrs: web, max: 1})
+	pl, ok := fx.h.Store.(lease.PoolLoad)
+	if !ok {
+		t.Skip("the store has no pool view")
+	}
+	scoped := lease.Request{Selector: web, Namespaces: []string{"ns"}}
+	l := fx.mustAcquire(t, scoped)
+	if _, err := fx.h.Store.Report(ctx, l.ID, lease.Report{Result: lease.ResultBanned, Target: "x.example"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fx.h.Store.Report(ctx, l.ID, lease.Report{Result: lease.ResultRateLimited, Target: "y.example"}); err != nil {
+		t.Fatal(err)
+	}
+	fx.mustAcquire(t, scoped)
+	fx.mustAcquire(t, scoped)
+	for range 2 {
+		if _, err := fx.acquire(t, scoped); !errors.Is(err, lease.ErrNoMatch) {
+			t.Fatalf("lease on a full pool: %v", err)
+		}
+	}
+	q := lease.PoolQuery{Namespace: "ns", Pool: "web", Members: []string{"ns/w1", "ns/w2"}}
+	got, err := pl.PoolLoad(ctx, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cooling := map[string]int{l.Proxy.Key: 2}
+	want := lease.PoolView{Active: map[string]int{"ns/w1": 1, "ns/w2": 2}, Cooling: cooling, Denied: 2}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("pool view mismatch (-want +got):\n%s", d)
+	}
+	other, err := pl.PoolLoad(ctx, lease.PoolQuery{Namespace: "other", Pool: "web", Members: []string{"other/w1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(lease.PoolView{Active: map[string]int{}, Cooling: map[string]int{}}, other); d != "" {
+		t.Errorf("the same pool name in another namespace (-want +got):\n%s", d)
+	}
+	// Cooldowns over are no longer counted.
+	fx.clock.Advance(lease.DefaultBannedCooldown)
+	got, err = pl.PoolLoad(ctx, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Cooling) != 0 {
+		t.Errorf("cooling after every cooldown ended: %v, want none", got.Cooling)
 	}
 }

@@ -9,11 +9,13 @@ import (
 	"log/slog"
 	"maps"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
 	"github.com/proxy-operator/proxy-operator/lease"
 )
@@ -133,8 +135,15 @@ func (pb *Publisher) Sync(ctx context.Context) error {
 				attrs = map[string]string{}
 			}
 			aj, _ := json.Marshal(attrs) // sorted keys: one spelling per attribute set
-			sum := sha256.Sum256(aj)
-			ups = append(ups, p.Key, pj, hex.EncodeToString(sum[:12]), aj, p.MaxLeases, flag(cur.ok), h.LatencyMillis, hj)
+			// A bucket is an attribute set within one namespace, so a lease can be limited to
+			// namespaces and a refusal counted for the namespace's pool.
+			ns, _, _ := strings.Cut(p.Key, "/")
+			sum := sha256.Sum256(append([]byte(ns+"\x00"), aj...))
+			pool := ""
+			if attrs[v1.PoolAttribute] != "" {
+				pool = ns + "/" + attrs[v1.PoolAttribute]
+			}
+			ups = append(ups, p.Key, pj, hex.EncodeToString(sum[:12]), aj, p.MaxLeases, flag(cur.ok), h.LatencyMillis, hj, ns, pool)
 		case old.ok != cur.ok || !sameHealth(old.health, h):
 			hs = append(hs, p.Key, flag(cur.ok), h.LatencyMillis, hj)
 		default:
@@ -142,7 +151,7 @@ func (pb *Publisher) Sync(ctx context.Context) error {
 		}
 		next[p.Key] = cur
 	}
-	if err := pb.batches(ctx, pb.store.sc.publish, ups, 8); err != nil {
+	if err := pb.batches(ctx, pb.store.sc.publish, ups, 10); err != nil {
 		return err
 	}
 	if err := pb.batches(ctx, pb.store.sc.health, hs, 4); err != nil {
@@ -199,7 +208,8 @@ func (pb *Publisher) batches(ctx context.Context, script *redis.Script, args []a
 	for i := 0; i < len(args); i += step {
 		chunk := args[i:min(i+step, len(args))]
 		cctx, cancel := pb.store.op(ctx)
-		err := script.Run(cctx, pb.store.cfg.Client, pb.store.keys(), append(pb.store.head(len(chunk)), chunk...)...).Err()
+		// Replicated like a grant: a fleet record lost in a failover would end the leases on it.
+		err := pb.store.write(cctx, script, append(pb.store.head(len(chunk)), chunk...)...).Err()
 		cancel()
 		if err != nil {
 			return unavailable("publish", err)

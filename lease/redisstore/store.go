@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -30,6 +31,8 @@ const (
 	// the scripts; a store is one slot's worth of data either way).
 	DefaultPrefix  = "{proxy-operator}:"
 	DefaultTimeout = 2 * time.Second
+	// DefaultWaitTimeout bounds a WAIT for replicas, well inside DefaultTimeout.
+	DefaultWaitTimeout = 500 * time.Millisecond
 	// sweepBatch is the prelude's SWEEP: a sweep that returns it may have left work behind.
 	sweepBatch = 256
 	// maxStaleRetries bounds how often an acquire re-reads the bucket list because the set of
@@ -59,6 +62,13 @@ type Config struct {
 	// Timeout bounds every call to Redis (default DefaultTimeout): past it the call fails
 	// with lease.ErrUnavailable rather than hang.
 	Timeout time.Duration
+	// WaitReplicas, when above 0, makes every call that changes leases or cooldowns wait
+	// (Redis WAIT, on the same connection) until that many replicas hold the change, at most
+	// WaitTimeout (default DefaultWaitTimeout). A change fewer replicas confirmed is answered
+	// with lease.ErrUnavailable (an acquire's grant is released again), so a grant a client was
+	// told about survives a Sentinel failover to any replica that confirmed it.
+	WaitReplicas int
+	WaitTimeout  time.Duration
 	// ReapInterval paces Run's sweep (default lease.DefaultReapInterval). Every script sweeps
 	// too, so Run only keeps an idle store tidy.
 	ReapInterval time.Duration
@@ -74,6 +84,7 @@ type Store struct {
 	mu       chan struct{} // 1-slot lock that a context can give up on
 	bver     string
 	buckets  map[string]map[string]string
+	bns      map[string]string // bucket -> namespace
 	selCache map[string][]string
 }
 
@@ -99,6 +110,10 @@ func New(cfg Config) (*Store, error) {
 	def(&cfg.SessionIdle, lease.DefaultSessionIdle)
 	def(&cfg.Timeout, DefaultTimeout)
 	def(&cfg.ReapInterval, lease.DefaultReapInterval)
+	def(&cfg.WaitTimeout, DefaultWaitTimeout)
+	if cfg.WaitReplicas < 0 {
+		return nil, fmt.Errorf("redisstore: WaitReplicas %d is negative", cfg.WaitReplicas)
+	}
 	if cfg.MaxSessions <= 0 {
 		cfg.MaxSessions = lease.DefaultMaxSessions
 	}
@@ -134,10 +149,62 @@ func (s *Store) op(ctx context.Context) (context.Context, context.CancelFunc) {
 
 func ms(d time.Duration) int64 { return d.Milliseconds() }
 
+// errUnreplicated is a change the primary made that fewer than WaitReplicas replicas
+// confirmed in time.
+var errUnreplicated = errors.New("not confirmed by enough replicas")
+
+// write runs a script that changes the store. With WaitReplicas the script and a WAIT go in
+// one pipeline on one connection to the primary that owns the store's slot: WAIT counts the
+// replicas that hold everything that connection wrote.
+func (s *Store) write(ctx context.Context, sc *redis.Script, args ...any) *redis.Cmd {
+	if s.cfg.WaitReplicas <= 0 {
+		return sc.Run(ctx, s.cfg.Client, s.keys(), args...)
+	}
+	var node redis.Cmdable = s.cfg.Client
+	if cc, ok := s.cfg.Client.(*redis.ClusterClient); ok {
+		// A keyless WAIT in a cluster pipeline could go to any node: ask the slot's primary.
+		n, err := cc.MasterForKey(ctx, s.cfg.Prefix)
+		if err != nil {
+			cmd := redis.NewCmd(ctx)
+			cmd.SetErr(err)
+			return cmd
+		}
+		node = n
+	}
+	var cmd *redis.Cmd
+	var wait *redis.Cmd
+	run := func(eval bool) error {
+		_, err := node.Pipelined(ctx, func(p redis.Pipeliner) error {
+			if eval {
+				cmd = sc.Eval(ctx, p, s.keys(), args...)
+			} else {
+				cmd = sc.EvalSha(ctx, p, s.keys(), args...)
+			}
+			wait = p.Do(ctx, "wait", s.cfg.WaitReplicas, s.cfg.WaitTimeout.Milliseconds())
+			return nil
+		})
+		return err
+	}
+	err := run(false)
+	if err != nil && cmd.Err() != nil && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		err = run(true) // the server's script cache was flushed (a restart, a failover)
+	}
+	if err != nil && cmd.Err() == nil {
+		cmd.SetErr(err) // the WAIT itself failed: the change's fate is unknown
+	}
+	if n, _ := wait.Int64(); cmd.Err() == nil && n < int64(s.cfg.WaitReplicas) {
+		cmd.SetErr(fmt.Errorf("%w: %d of %d replicas within %s", errUnreplicated, n, s.cfg.WaitReplicas, s.cfg.WaitTimeout))
+	}
+	return cmd
+}
+
 // unavailable marks what a retry may cure: the network, timeouts, and the replies of a Redis
 // that is loading, read-only, failing over or out of memory. Any other error reply is a
 // defect (of a script, or of the data) and is returned as it is.
 func unavailable(op string, err error) error {
+	if errors.Is(err, errUnreplicated) {
+		return fmt.Errorf("%s: %w: %w", op, lease.ErrUnavailable, err)
+	}
 	var re redis.Error
 	if errors.As(err, &re) && !errors.Is(err, context.DeadlineExceeded) {
 		msg := re.Error()
@@ -161,7 +228,7 @@ func (s *Store) Acquire(ctx context.Context, r lease.Request) (lease.Lease, erro
 	id := newID()
 	reload := false
 	for range maxStaleRetries {
-		bver, ids, err := s.match(ctx, r.Selector, reload)
+		bver, ids, err := s.match(ctx, r.Selector, r.Namespaces, reload)
 		if err != nil {
 			return lease.Lease{}, unavailable("acquire", err)
 		}
@@ -169,7 +236,12 @@ func (s *Store) Acquire(ctx context.Context, r lease.Request) (lease.Lease, erro
 		for _, b := range ids {
 			args = append(args, b)
 		}
-		res, err := s.sc.acquire.Run(ctx, s.cfg.Client, s.keys(), args...).Slice()
+		res, err := s.write(ctx, s.sc.acquire, args...).Slice()
+		if errors.Is(err, errUnreplicated) {
+			// Granted on the primary but not confirmed by the replicas: the client is told 503,
+			// so the grant must not hold a slot it will never release.
+			_ = s.sc.release.Run(ctx, s.cfg.Client, s.keys(), append(s.head(1), id)...).Err()
+		}
 		if err != nil {
 			return lease.Lease{}, unavailable("acquire", err)
 		}
@@ -201,7 +273,7 @@ func (s *Store) Acquire(ctx context.Context, r lease.Request) (lease.Lease, erro
 func (s *Store) Release(ctx context.Context, id string) error {
 	ctx, cancel := s.op(ctx)
 	defer cancel()
-	if err := s.sc.release.Run(ctx, s.cfg.Client, s.keys(), append(s.head(1), id)...).Err(); err != nil {
+	if err := s.write(ctx, s.sc.release, append(s.head(1), id)...).Err(); err != nil {
 		return unavailable("release", err)
 	}
 	return nil
@@ -214,7 +286,7 @@ func (s *Store) Renew(ctx context.Context, id string, ttl time.Duration) (lease.
 	}
 	ctx, cancel := s.op(ctx)
 	defer cancel()
-	res, err := s.sc.renew.Run(ctx, s.cfg.Client, s.keys(), append(s.head(2), id, ms(ttl))...).Slice()
+	res, err := s.write(ctx, s.sc.renew, append(s.head(2), id, ms(ttl))...).Slice()
 	if err != nil {
 		return lease.Lease{}, unavailable("renew", err)
 	}
@@ -236,7 +308,7 @@ func (s *Store) Report(ctx context.Context, id string, r lease.Report) (lease.Co
 	args := append(s.head(9), id, string(r.Result), r.Target, ms(r.RetryAfter),
 		ms(s.cfg.RateLimitedCooldown), ms(s.cfg.BannedCooldown), ms(s.cfg.MaxCooldown),
 		s.cfg.MaxCooldownsPerProxy, s.cfg.MaxCooldowns)
-	res, err := s.sc.report.Run(ctx, s.cfg.Client, s.keys(), args...).Slice()
+	res, err := s.write(ctx, s.sc.report, args...).Slice()
 	if err != nil {
 		return lease.Cooldown{}, unavailable("report", err)
 	}
@@ -299,6 +371,35 @@ func (s *Store) ActiveByProxy() map[string]int {
 	return m
 }
 
+var _ lease.PoolLoad = (*Store)(nil)
+
+// PoolLoad implements lease.PoolLoad in one script: the pool's refused-lease count (kept in
+// Redis, so it survives restarts and counts every replica's refusals) and each member's live
+// leases and cooling targets.
+func (s *Store) PoolLoad(ctx context.Context, q lease.PoolQuery) (lease.PoolView, error) {
+	ctx, cancel := s.op(ctx)
+	defer cancel()
+	args := append(s.head(1+len(q.Members)), q.Namespace+"/"+q.Pool)
+	for _, m := range q.Members {
+		args = append(args, m)
+	}
+	res, err := s.sc.poolload.Run(ctx, s.cfg.Client, s.keys(), args...).Slice()
+	if err != nil {
+		return lease.PoolView{}, unavailable("pool load", err)
+	}
+	denied, _ := strconv.ParseInt(str(res, 0), 10, 64)
+	v := lease.PoolView{Active: map[string]int{}, Cooling: map[string]int{}, Denied: denied}
+	for i, m := range q.Members {
+		if n := num(res, 1+2*i); n > 0 {
+			v.Active[m] = n
+		}
+		if n := num(res, 2+2*i); n > 0 {
+			v.Cooling[m] = n
+		}
+	}
+	return v, nil
+}
+
 // Sweep expires what is due now, in batches until none is left.
 func (s *Store) Sweep(ctx context.Context) error {
 	for {
@@ -339,8 +440,9 @@ func (s *Store) Run(ctx context.Context) error {
 }
 
 // match returns the bucket-set version and the ids of the buckets whose attributes contain
-// sel, from the local cache (reloaded when asked, or never loaded).
-func (s *Store) match(ctx context.Context, sel map[string]string, reload bool) (string, []string, error) {
+// sel, in one of nss (nil: any namespace), from the local cache (reloaded when asked, or
+// never loaded).
+func (s *Store) match(ctx context.Context, sel map[string]string, nss []string, reload bool) (string, []string, error) {
 	select {
 	case s.mu <- struct{}{}:
 	case <-ctx.Done():
@@ -349,10 +451,11 @@ func (s *Store) match(ctx context.Context, sel map[string]string, reload bool) (
 	defer func() { <-s.mu }()
 	if reload || s.buckets == nil {
 		var getVer *redis.StringCmd
-		var getAll *redis.MapStringStringCmd
+		var getAll, getNS *redis.MapStringStringCmd
 		_, err := s.cfg.Client.TxPipelined(ctx, func(p redis.Pipeliner) error {
 			getVer = p.Get(ctx, s.cfg.Prefix+"bver")
 			getAll = p.HGetAll(ctx, s.cfg.Prefix+"bkt")
+			getNS = p.HGetAll(ctx, s.cfg.Prefix+"bns")
 			return nil
 		})
 		if err != nil && !errors.Is(err, redis.Nil) {
@@ -373,15 +476,15 @@ func (s *Store) match(ctx context.Context, sel map[string]string, reload bool) (
 			}
 			buckets[id] = attrs
 		}
-		s.bver, s.buckets, s.selCache = ver, buckets, map[string][]string{}
+		s.bver, s.buckets, s.bns, s.selCache = ver, buckets, getNS.Val(), map[string][]string{}
 	}
-	k := selKey(sel)
+	k := selKey(sel, nss)
 	if ids, ok := s.selCache[k]; ok {
 		return s.bver, ids, nil
 	}
 	ids := []string{}
 	for id, attrs := range s.buckets {
-		if containsAll(attrs, sel) {
+		if containsAll(attrs, sel) && (nss == nil || slices.Contains(nss, s.bns[id])) {
 			ids = append(ids, id)
 		}
 	}
@@ -392,9 +495,13 @@ func (s *Store) match(ctx context.Context, sel map[string]string, reload bool) (
 	return s.bver, ids, nil
 }
 
-func selKey(sel map[string]string) string {
+func selKey(sel map[string]string, nss []string) string {
 	b, _ := json.Marshal(sel) // map keys are sorted: a canonical form
-	return string(b)
+	if nss == nil {
+		return string(b)
+	}
+	n, _ := json.Marshal(nss)
+	return string(b) + "\x00" + string(n)
 }
 
 func containsAll(attrs, sel map[string]string) bool {

@@ -46,16 +46,7 @@ func benchServer(b *testing.B, n int) (base string, stop func()) {
 // default key prefix holds the published fleet.
 func benchServerAddr(b *testing.B, n int) (base, redisAddr string, stop func()) {
 	b.Helper()
-	view := fleet.New(time.Now, 0)
-	health := &healthtest.Map{}
-	geos := []string{"eu", "us", "asia", "sa", "af"}
-	for i := range n {
-		key := fmt.Sprintf("crawl/p%05d", i)
-		view.Upsert(fleet.Proxy{Key: key, UID: key, IP: fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255), Port: 3128,
-			Attributes: map[string]string{"geo": geos[i%len(geos)], "purpose": []string{"crawl", "scrape"}[i/len(geos)%2]},
-			MaxLeases:  4, Phase: "Ready"})
-		health.Set(key, lifecycle.Health{State: lifecycle.HealthHealthy, LatencyMillis: int64(20 + i*7919%300)})
-	}
+	view, health := benchFleet(n)
 	store := lease.NewMemory(lease.Config{Fleet: view, Health: health})
 	d := &Discovery{Fleet: view, Health: health, Leases: store, Token: benchToken,
 		Log: slog.New(slog.DiscardHandler), Registerer: prometheus.NewRegistry()}
@@ -107,16 +98,36 @@ func benchServerAddr(b *testing.B, n int) (base, redisAddr string, stop func()) 
 	}
 }
 
+// benchFleet is n healthy proxies in five geos and two purposes, 4 leases each.
+func benchFleet(n int) (*fleet.View, *healthtest.Map) {
+	view := fleet.New(time.Now, 0)
+	health := &healthtest.Map{}
+	geos := []string{"eu", "us", "asia", "sa", "af"}
+	for i := range n {
+		key := fmt.Sprintf("crawl/p%05d", i)
+		view.Upsert(fleet.Proxy{Key: key, UID: key, IP: fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255), Port: 3128,
+			Attributes: map[string]string{"geo": geos[i%len(geos)], "purpose": []string{"crawl", "scrape"}[i/len(geos)%2]},
+			MaxLeases:  4, Phase: "Ready"})
+		health.Set(key, lifecycle.Health{State: lifecycle.HealthHealthy, LatencyMillis: int64(20 + i*7919%300)})
+	}
+	return view, health
+}
+
 // benchRedis publishes view and health into the Redis at addr (a fresh key prefix) and returns
 // a store and a reader on it, as a discovery replica has them.
 func benchRedis(b *testing.B, addr string, view *fleet.View, health lease.Health) (*redisstore.Store, *redisstore.Reader) {
+	return benchRedisURL(b, "redis://"+addr, 0, view, health)
+}
+
+// benchRedisURL is benchRedis on any store URL, every change waiting for wait replicas.
+func benchRedisURL(b *testing.B, url string, wait int, view *fleet.View, health lease.Health) (*redisstore.Store, *redisstore.Reader) {
 	b.Helper()
-	client, err := redisstore.NewClient("redis://"+addr, "")
+	client, err := redisstore.NewClient(redisstore.ClientConfig{URL: url})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { client.Close() })
-	store, err := redisstore.New(redisstore.Config{Client: client})
+	store, err := redisstore.New(redisstore.Config{Client: client, WaitReplicas: wait})
 	if err != nil {
 		b.Fatal(err)
 	}

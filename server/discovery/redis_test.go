@@ -26,7 +26,7 @@ import (
 // with Retry-After (never 500), and after Redis is back it answers again.
 func TestDiscoveryOnRedis(t *testing.T) {
 	srv := redistest.Start(t)
-	client, err := redisstore.NewClient("redis://"+srv.Addr, "")
+	client, err := redisstore.NewClient(redisstore.ClientConfig{URL: "redis://" + srv.Addr})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,8 +16,13 @@ import (
 // startReplica runs `proxy-operator discovery` (the built binary) on redisAddr and returns its
 // base URL; it is killed when the benchmark ends.
 func startReplica(b *testing.B, bin, redisAddr string) string {
+	return startReplicaURL(b, bin, "redis://"+redisAddr)
+}
+
+// startReplicaURL is startReplica on any store URL.
+func startReplicaURL(b *testing.B, bin, storeURL string) string {
 	b.Helper()
-	cmd := exec.Command(bin, "discovery", "-lease-store", "redis://"+redisAddr, "-discovery-addr", "127.0.0.1:0", "-log-format", "json")
+	cmd := exec.Command(bin, "discovery", "-lease-store", storeURL, "-discovery-addr", "127.0.0.1:0", "-log-format", "json")
 	cmd.Env = append(os.Environ(), "DISCOVERY_TOKEN="+benchToken)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -63,12 +68,7 @@ func BenchmarkDiscoveryRedisReplicas(b *testing.B) {
 		}
 		phase = d
 	}
-	bin := filepath.Join(b.TempDir(), "proxy-operator")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	build.Dir = "../.."
-	if out, err := build.CombinedOutput(); err != nil {
-		b.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildBinary(b)
 	const clients = 64
 	for _, n := range []int{1000, 10000} {
 		b.Run(fmt.Sprintf("proxies=%d", n), func(b *testing.B) {
@@ -111,4 +111,16 @@ func BenchmarkDiscoveryRedisReplicas(b *testing.B) {
 			b.ReportMetric(quantile(noopD, 0.99), "noop-p99-ms")
 		})
 	}
+}
+
+// buildBinary builds proxy-operator into a temporary directory.
+func buildBinary(b *testing.B) string {
+	b.Helper()
+	bin := filepath.Join(b.TempDir(), "proxy-operator")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Dir = "../.."
+	if out, err := build.CombinedOutput(); err != nil {
+		b.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
 }

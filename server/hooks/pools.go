@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/proxy-operator/proxy-operator/lease"
 	"github.com/proxy-operator/proxy-operator/server/hooks/poolhook"
 	"github.com/proxy-operator/proxy-operator/server/httpx"
 )
@@ -23,6 +24,10 @@ func (h *Hooks) poolSync(ctx context.Context, hook string, body []byte, ex *Exch
 	ex.Pool = in
 	if errors.Is(err, poolhook.ErrBadRequest) {
 		return nil, &httpx.Error{Code: http.StatusBadRequest, Message: err.Error()}
+	}
+	if errors.Is(err, lease.ErrUnavailable) {
+		// The pool's lease view could not be read: Metacontroller retries; no decision was made.
+		return nil, &httpx.Error{Code: http.StatusServiceUnavailable, Message: "lease store unavailable", RetryAfter: 1, Err: err}
 	}
 	if err != nil {
 		return nil, err

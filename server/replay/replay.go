@@ -2,6 +2,7 @@ package replay
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -15,6 +16,7 @@ import (
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
 	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/lease"
 	"github.com/proxy-operator/proxy-operator/providers"
 	"github.com/proxy-operator/proxy-operator/providers/credentials"
 	"github.com/proxy-operator/proxy-operator/providers/kubernetes"
@@ -109,9 +111,11 @@ func hookPath(hook string) string {
 // poolLoad is the lease store a fixture describes.
 type poolLoad struct{ st State }
 
-func (l poolLoad) ActiveByProxy() map[string]int  { return l.st.Leases }
-func (l poolLoad) CoolingByProxy() map[string]int { return l.st.Cooling }
-func (l poolLoad) Denied(pool string) int64       { return l.st.Denied[pool] }
+// PoolLoad answers the fixture's counts (Denied is keyed by the pool's name: a fixture holds
+// one namespace).
+func (l poolLoad) PoolLoad(_ context.Context, q lease.PoolQuery) (lease.PoolView, error) {
+	return lease.PoolView{Active: l.st.Leases, Cooling: l.st.Cooling, Denied: l.st.Denied[q.Pool]}, nil
+}
 
 // jsonBody keeps a JSON body compact, and wraps anything else as a JSON string so a golden
 // file can always hold it.

@@ -2,6 +2,7 @@ package replay_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +16,7 @@ import (
 
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/lease"
 	"github.com/proxy-operator/proxy-operator/providers"
 	"github.com/proxy-operator/proxy-operator/server/hooks"
 	"github.com/proxy-operator/proxy-operator/server/hooks/poolhook"
@@ -215,6 +217,6 @@ func TestRecorderCapturesPoolTraffic(t *testing.T) {
 
 type srcLoad struct{ st replay.State }
 
-func (l srcLoad) ActiveByProxy() map[string]int  { return l.st.Leases }
-func (l srcLoad) CoolingByProxy() map[string]int { return l.st.Cooling }
-func (l srcLoad) Denied(pool string) int64       { return l.st.Denied[pool] }
+func (l srcLoad) PoolLoad(_ context.Context, q lease.PoolQuery) (lease.PoolView, error) {
+	return lease.PoolView{Active: l.st.Leases, Cooling: l.st.Cooling, Denied: l.st.Denied[q.Pool]}, nil
+}

@@ -99,6 +99,18 @@ for i = 9, #ARGV do
   end
 end
 if not best then
+  -- Demand for the pools whose members were at capacity, once per pool (namespace/pool).
+  local seen = {}
+  for i = 9, #ARGV do
+    local b = ARGV[i]
+    if redis.call('SCARD', P .. 'bf:' .. b) > 0 then
+      local pk = redis.call('HGET', P .. 'bpool', b)
+      if pk and not seen[pk] then
+        seen[pk] = true
+        redis.call('HINCRBY', P .. 'denied', pk, 1)
+      end
+    end
+  end
   if full > 0 then
     -- No lease on a full proxy ends before the first lease of the store does.
     local first = redis.call('ZRANGE', P .. 'exp', 0, 0, 'WITHSCORES')

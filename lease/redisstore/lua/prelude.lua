@@ -104,9 +104,12 @@ local function sweep()
   for _, c in ipairs(cs) do
     redis.call('HDEL', P .. 'cool', c)
     redis.call('ZREM', P .. 'cexp', c)
-    local proxy = string.match(c, '^(.-)|')
-    if proxy and redis.call('HINCRBY', P .. 'coolp', proxy, -1) <= 0 then
-      redis.call('HDEL', P .. 'coolp', proxy)
+    local proxy, target = string.match(c, '^(.-)|(.*)$')
+    if proxy then
+      redis.call('ZREM', P .. 'cz:' .. proxy, target)
+      if redis.call('HINCRBY', P .. 'coolp', proxy, -1) <= 0 then
+        redis.call('HDEL', P .. 'coolp', proxy)
+      end
     end
   end
   return #ids + #ss + #cs

@@ -1,5 +1,5 @@
--- ARGV from 3, in groups of 8: key, proxy JSON, bucket id, bucket attributes JSON, most
--- leases, leasable ('1' or '0'), latency ms, health JSON.
+-- ARGV from 3, in groups of 10: key, proxy JSON, bucket id, bucket attributes JSON, most
+-- leases, leasable ('1' or '0'), latency ms, health JSON, namespace, 'namespace/pool' ('' : none).
 local function drop_from_bucket(key, b)
   redis.call('SREM', P .. 'bm:' .. b, key)
   redis.call('SREM', P .. 'bu:' .. b, key)
@@ -8,12 +8,18 @@ local function drop_from_bucket(key, b)
   if redis.call('SCARD', P .. 'bm:' .. b) == 0 then
     redis.call('DEL', P .. 'bm:' .. b, P .. 'bu:' .. b, P .. 'bf:' .. b, P .. 'bz:' .. b)
     redis.call('HDEL', P .. 'bkt', b)
+    redis.call('HDEL', P .. 'bns', b)
+    redis.call('HDEL', P .. 'bpool', b)
     redis.call('INCR', P .. 'bver')
   end
 end
-for i = 3, #ARGV, 8 do
+for i = 3, #ARGV, 10 do
   local key, pj, b, attrs, max, ok, lat, hj = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], ARGV[i + 6], ARGV[i + 7]
-  if redis.call('HSETNX', P .. 'bkt', b, attrs) == 1 then redis.call('INCR', P .. 'bver') end
+  if redis.call('HSETNX', P .. 'bkt', b, attrs) == 1 then
+    redis.call('HSET', P .. 'bns', b, ARGV[i + 8])
+    if ARGV[i + 9] ~= '' then redis.call('HSET', P .. 'bpool', b, ARGV[i + 9]) end
+    redis.call('INCR', P .. 'bver')
+  end
   local old = redis.call('HGET', P .. 'm:' .. key, 'b')
   if old and old ~= b then drop_from_bucket(key, old) end
   redis.call('HSET', P .. 'm:' .. key, 'b', b, 'max', max, 'ok', ok, 'lat', lat)

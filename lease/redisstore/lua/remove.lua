@@ -16,6 +16,8 @@ for i = 3, #ARGV do
     if redis.call('SCARD', P .. 'bm:' .. b) == 0 then
       redis.call('DEL', P .. 'bm:' .. b, P .. 'bu:' .. b, P .. 'bf:' .. b, P .. 'bz:' .. b)
       redis.call('HDEL', P .. 'bkt', b)
+      redis.call('HDEL', P .. 'bns', b)
+      redis.call('HDEL', P .. 'bpool', b)
       redis.call('INCR', P .. 'bver')
     end
   end

@@ -53,4 +53,6 @@ if now + d > u then u = now + d end
 forget = u + d
 redis.call('HSET', P .. 'cool', ck, fmt(u) .. ':' .. fmt(strikes) .. ':' .. fmt(forget))
 redis.call('ZADD', P .. 'cexp', fmt(forget), ck)
+-- The proxy's live cooldowns by end, for the pools' view (ZCOUNT from now).
+redis.call('ZADD', P .. 'cz:' .. p, fmt(u), target)
 return {'cooled', p, fmt(u), strikes}

@@ -44,7 +44,7 @@ type Hooks struct {
 
 // Handle answers one sync ("sync") or finalize ("finalize") call for a pool. It also returns
 // what the decision was given (nil when the body was refused), for capture.
-func (h *Hooks) Handle(_ context.Context, hook string, body []byte) (*metacontroller.SyncResponse, *pool.Input, error) {
+func (h *Hooks) Handle(ctx context.Context, hook string, body []byte) (*metacontroller.SyncResponse, *pool.Input, error) {
 	now := time.Now()
 	if h.Now != nil {
 		now = h.Now()
@@ -72,13 +72,21 @@ func (h *Hooks) Handle(_ context.Context, hook string, body []byte) (*metacontro
 	in := pool.Input{Pool: p, Finalizing: finalizing, Now: now}
 	p.Spec.Default()
 	in.SpecErr = p.Spec.Validate()
-	var active, cooling map[string]int
+	var view lease.PoolView
 	if h.Load != nil {
-		active, cooling = h.Load.ActiveByProxy(), h.Load.CoolingByProxy()
-		in.Denied = h.Load.Denied(p.Name)
+		keys := make([]string, len(members))
+		for i, m := range members {
+			keys[i] = m.Key()
+		}
+		// A view that cannot be read fails the hook (Metacontroller retries): deciding on no
+		// leases would scale down or drain members that crawlers hold.
+		if view, err = h.Load.PoolLoad(ctx, lease.PoolQuery{Namespace: p.Namespace, Pool: p.Name, Members: keys}); err != nil {
+			return nil, nil, fmt.Errorf("pool %s: reading the lease view: %w", p.Key(), err)
+		}
+		in.Denied = view.Denied
 	}
 	for _, m := range members {
-		in.Members = append(in.Members, pool.Member{Proxy: m, Leases: active[m.Key()], Cooling: cooling[m.Key()]})
+		in.Members = append(in.Members, pool.Member{Proxy: m, Leases: view.Active[m.Key()], Cooling: view.Cooling[m.Key()]})
 	}
 	d := pool.Decide(in)
 

@@ -16,6 +16,7 @@ import (
 
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/internal/pool"
+	"github.com/proxy-operator/proxy-operator/lease"
 	"github.com/proxy-operator/proxy-operator/metacontroller"
 )
 
@@ -26,9 +27,9 @@ type fakeLoad struct {
 	denied          map[string]int64
 }
 
-func (f fakeLoad) ActiveByProxy() map[string]int  { return f.active }
-func (f fakeLoad) CoolingByProxy() map[string]int { return f.cooling }
-func (f fakeLoad) Denied(p string) int64          { return f.denied[p] }
+func (f fakeLoad) PoolLoad(_ context.Context, q lease.PoolQuery) (lease.PoolView, error) {
+	return lease.PoolView{Active: f.active, Cooling: f.cooling, Denied: f.denied[q.Pool]}, nil
+}
 
 type event struct{ Type, Reason, Message string }
 
