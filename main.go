@@ -35,6 +35,8 @@ type subcommand struct {
 const (
 	discoveryUsage   = "proxy-operator discovery -lease-store redis://HOST:PORT [flags]"
 	discoverySummary = "serve only the discovery API, from the Redis an operator fills (any number of replicas)"
+	gatewayUsage     = "proxy-operator gateway -lease-store redis://HOST:PORT [flags]"
+	gatewaySummary   = "serve only the crawlers' proxy gateway, leasing from the Redis an operator fills (any number of replicas)"
 )
 
 // subcommands are every subcommand; with none named, the operator runs. Adding one is one
@@ -43,6 +45,7 @@ var subcommands = map[string]subcommand{
 	"replay": {usage: replay.CommandUsage, summary: "replay captured or committed hook fixtures through the real router and compare with their goldens",
 		run: func(_ context.Context, args []string, stdout, _ io.Writer) error { return replay.Command(args, stdout) }},
 	"discovery": {usage: discoveryUsage, summary: discoverySummary, ownHelp: true, run: runDiscovery},
+	"gateway":   {usage: gatewayUsage, summary: gatewaySummary, ownHelp: true, run: runGateway},
 }
 
 // usage writes -h's text: the description, the synopses, the environment and the flags.
@@ -136,6 +139,25 @@ func explainFlagError(fs *flag.FlagSet, err error) error {
 		}
 	}
 	return fmt.Errorf("%w (run '%s -h' for every flag)", err, fs.Name())
+}
+
+// runGateway is the gateway subcommand: the proxy gateway alone, leasing from Redis.
+func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("proxy-operator gateway", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: %s\n\t%s\n\nFlags:\n", gatewayUsage, gatewaySummary)
+		fs.PrintDefaults()
+	}
+	c, logc := server.GatewayDefaults(), server.LogConfig{}
+	c.BindFlags(fs)
+	logc.BindFlags(fs)
+	if err := parse(fs, args, stdout, stderr); err != nil {
+		return err
+	} else if err := c.Validate(); err != nil {
+		return err
+	}
+	c.Token, c.Log = os.Getenv("DISCOVERY_TOKEN"), logc.Logger(stderr)
+	return server.RunGateway(ctx, c)
 }
 
 func isHelp(arg string) bool { return arg == "-h" || arg == "-help" || arg == "--help" }

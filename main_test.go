@@ -174,7 +174,7 @@ func TestHelpAndMistypes(t *testing.T) {
 		t.Errorf("subcommand after flags: %v, want a hint that subcommands come first", err)
 	}
 	err = dispatch(context.Background(), []string{"frobnicate"}, io.Discard, io.Discard)
-	if err == nil || strings.Contains(err.Error(), "did you mean") || !strings.Contains(err.Error(), "subcommands: discovery, replay") {
+	if err == nil || strings.Contains(err.Error(), "did you mean") || !strings.Contains(err.Error(), "subcommands: discovery, gateway, replay") {
 		t.Errorf("unrelated word: %v, want the list without a guess", err)
 	}
 }

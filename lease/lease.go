@@ -110,6 +110,9 @@ type Request struct {
 	// Namespaces, when not nil, limits the lease to proxies in these namespaces (the caller's
 	// lease rights); the NoMatchError then counts only those proxies.
 	Namespaces []string
+	// Avoid are proxy keys passed over while another proxy fits; when none does, the best of
+	// them is granted. The gateway rotates with it: the upstreams it used last for a target.
+	Avoid []string
 }
 
 // Lease is a granted lease.

@@ -208,11 +208,13 @@ func (m *Memory) Acquire(_ context.Context, r Request) (Lease, error) {
 	}
 
 	var (
-		best   *entry
-		bestH  lifecycle.Health
-		nm     = NoMatchError{Target: r.Target}
-		stale  []*entry
-		health = map[*entry]lifecycle.Health{}
+		best      *entry
+		bestH     lifecycle.Health
+		fallback  *entry // the first avoided proxy that fits
+		fallbackH lifecycle.Health
+		nm        = NoMatchError{Target: r.Target}
+		stale     []*entry
+		health    = map[*entry]lifecycle.Health{}
 	)
 	var fullPools []*bucket // buckets with a member at capacity: demand for their pool
 	for _, b := range m.match(r.Selector) {
@@ -230,6 +232,12 @@ func (m *Memory) Acquire(_ context.Context, r Request) (Lease, error) {
 			h, v := m.check(e, r.Target, now)
 			switch v {
 			case fits:
+				if len(r.Avoid) > 0 && slices.Contains(r.Avoid, e.p.Key) {
+					if fallback == nil {
+						fallback, fallbackH = e, h
+					}
+					return true
+				}
 				best, bestH = e, h
 				return false
 			case unhealthy:
@@ -255,6 +263,9 @@ func (m *Memory) Acquire(_ context.Context, r Request) (Lease, error) {
 	// next refresh, so the next lease does not look at them again.
 	for _, e := range stale {
 		m.refreshEntry(e, health[e])
+	}
+	if best == nil && fallback != nil {
+		best, bestH = fallback, fallbackH
 	}
 	if best == nil {
 		m.noteDenied(fullPools)

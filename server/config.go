@@ -15,6 +15,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/providers"
 	"github.com/proxy-operator/proxy-operator/providers/factory"
 	"github.com/proxy-operator/proxy-operator/server/discovery"
+	"github.com/proxy-operator/proxy-operator/server/gateway"
 	"github.com/proxy-operator/proxy-operator/server/hooks"
 )
 
@@ -32,6 +33,9 @@ type Config struct {
 	GC        GCConfig
 	Kube      KubeConfig
 	Demo      DemoConfig
+	// Gateway is the crawlers' proxy gateway (server/gateway), served on Gateway.Addr beside
+	// the discovery API over the same lease store and tokens; an empty Addr: none.
+	Gateway gateway.Config
 
 	// FleetWarmup is the time after start before the fleet view is trusted as complete
 	// (0 is a valid value: trusted at once).
@@ -179,6 +183,7 @@ func Defaults() Config {
 		Lease:         DefaultLease(),
 		Health:        HealthConfig{Workers: health.DefaultWorkers, ResyncQPS: health.DefaultResyncQPS},
 		GC:            GCConfig{Interval: gc.DefaultInterval, MinAge: gc.DefaultMinAge, MaxDeletions: 20},
+		Gateway:       gateway.DefaultConfig(),
 		FleetWarmup:   3 * time.Minute,
 		ShutdownGrace: 20 * time.Second,
 	}
@@ -216,6 +221,7 @@ func (c Config) withDefaults() Config {
 	orDuration(&c.Hooks.ProviderTimeout, d.Hooks.ProviderTimeout)
 	orDuration(&c.ShutdownGrace, d.ShutdownGrace)
 	c.Lease = c.Lease.withDefaults()
+	c.Gateway = c.Gateway.WithDefaults()
 	orDuration(&c.GC.MinAge, d.GC.MinAge)
 	return c
 }
@@ -245,6 +251,9 @@ func (c Config) Validate() error {
 	}
 	if c.GC.Interval < 0 || c.GC.MinAge <= 0 {
 		return fmt.Errorf("-gc-interval must not be negative, -gc-min-age must be positive")
+	}
+	if c.Gateway.Addr != "" {
+		return c.Gateway.Validate()
 	}
 	return nil
 }

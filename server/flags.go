@@ -33,7 +33,18 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	c.GC.bindFlags(fs)
 	c.Kube.bindFlags(fs)
 	c.Demo.bindFlags(fs)
+	c.Gateway.RegisterFlags(fs, "listen address of the crawlers' proxy gateway (HTTP forward proxy and CONNECT over the same leases and tokens); empty: no gateway")
 	fs.DurationVar(&c.FleetWarmup, "fleet-warmup", c.FleetWarmup, "time after start before the fleet view is trusted as complete (at least the CompositeController's resyncPeriodSeconds)")
+	bindShutdownGrace(fs, &c.ShutdownGrace)
+}
+
+// BindFlags binds the gateway subcommand's flags to c.
+func (c *GatewayConfig) BindFlags(fs *flag.FlagSet) {
+	c.Gateway.RegisterFlags(fs, "listen address of the proxy gateway")
+	fs.StringVar(&c.MetricsAddr, "metrics-addr", c.MetricsAddr, "listen address of /metrics and /healthz (empty: none)")
+	fs.StringVar(&c.TokenFile, "discovery-token-file", c.TokenFile, "file of discovery API tokens, the proxy passwords: one per line, or scoped YAML (wins over DISCOVERY_TOKEN); without a token the process does not start")
+	fs.BoolVar(&c.Insecure, "discovery-insecure", c.Insecure, "serve the gateway without a token (only on a trusted address such as 127.0.0.1)")
+	c.Lease.bindFlags(fs, " (required)")
 	bindShutdownGrace(fs, &c.ShutdownGrace)
 }
 

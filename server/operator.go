@@ -32,6 +32,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/providers"
 	"github.com/proxy-operator/proxy-operator/providers/factory"
 	"github.com/proxy-operator/proxy-operator/server/discovery"
+	"github.com/proxy-operator/proxy-operator/server/gateway"
 	"github.com/proxy-operator/proxy-operator/server/hooks"
 	"github.com/proxy-operator/proxy-operator/server/hooks/membudget"
 	"github.com/proxy-operator/proxy-operator/server/hooks/poolhook"
@@ -58,6 +59,8 @@ type Operator struct {
 
 	hookSrv, discSrv *http.Server
 	hookLn, discLn   net.Listener
+	gwSrv            *http.Server // nil without -gateway-addr
+	gwLn             net.Listener
 }
 
 // Run builds the operator from c (New) and serves it until ctx ends (Operator.Run).
@@ -136,6 +139,13 @@ func New(cfg Config) (_ *Operator, err error) {
 	if o.discLn, err = net.Listen("tcp", cfg.Discovery.Addr); err != nil {
 		return nil, fmt.Errorf("discovery listener: %w", err)
 	}
+	own := []string{o.HookAddr(), o.DiscoveryAddr(), cfg.Hooks.Addr, cfg.Discovery.Addr}
+	if cfg.Gateway.Addr != "" {
+		if o.gwLn, err = net.Listen("tcp", cfg.Gateway.Addr); err != nil {
+			return nil, fmt.Errorf("gateway listener: %w", err)
+		}
+		own = append(own, o.gwLn.Addr().String(), cfg.Gateway.Addr)
+	}
 	var loopbackProviders []string
 	for _, e := range o.providers.Entries() {
 		if e.Type == "mock" {
@@ -143,7 +153,7 @@ func New(cfg Config) (_ *Operator, err error) {
 		}
 	}
 	egress, err := netpolicy.New(netpolicy.Config{AllowLoopback: cfg.Egress.AllowLoopback, LoopbackProviders: loopbackProviders,
-		ExternalCIDRs: cfg.Egress.ExternalCIDRs, OwnListeners: []string{o.HookAddr(), o.DiscoveryAddr(), cfg.Hooks.Addr, cfg.Discovery.Addr}})
+		ExternalCIDRs: cfg.Egress.ExternalCIDRs, OwnListeners: own})
 	if err != nil {
 		return nil, err
 	}
@@ -255,6 +265,14 @@ func New(cfg Config) (_ *Operator, err error) {
 
 	o.hookSrv = h.Server()
 	o.discSrv = disc.Server("")
+	if o.gwLn != nil {
+		gw := &gateway.Gateway{Leases: o.store, Fleet: disc.Fleet, Tokens: tokens, Insecure: cfg.Discovery.Insecure,
+			Log: log.With("component", "gateway"), Registerer: reg}
+		if err := cfg.Gateway.Apply(gw); err != nil {
+			return nil, err
+		}
+		o.gwSrv, o.gwLn = gw.Server(), gw.Listener(o.gwLn)
+	}
 	return o, nil
 }
 
@@ -293,7 +311,7 @@ func (o *Operator) close() {
 		o.events.Shutdown()
 		o.events = nil
 	}
-	for _, ln := range []net.Listener{o.hookLn, o.discLn} {
+	for _, ln := range []net.Listener{o.hookLn, o.discLn, o.gwLn} {
 		if ln != nil {
 			_ = ln.Close()
 		}
@@ -317,6 +335,14 @@ func (o *Operator) HookAddr() string { return o.hookLn.Addr().String() }
 
 // DiscoveryAddr is the bound address of the discovery API listener.
 func (o *Operator) DiscoveryAddr() string { return o.discLn.Addr().String() }
+
+// GatewayAddr is the bound address of the gateway listener ("" without one).
+func (o *Operator) GatewayAddr() string {
+	if o.gwLn == nil {
+		return ""
+	}
+	return o.gwLn.Addr().String()
+}
 
 // Fleet is the process's fleet view.
 func (o *Operator) Fleet() *fleet.View { return o.fleet }
@@ -344,7 +370,7 @@ func (o *Operator) Run(ctx context.Context) error {
 	defer cancel()
 	defer o.close()
 	log := o.log
-	log.Info("listening", "hooks", o.HookAddr(), "discovery", o.DiscoveryAddr())
+	log.Info("listening", "hooks", o.HookAddr(), "discovery", o.DiscoveryAddr(), "gateway", o.GatewayAddr())
 
 	// Background loops return nil when ctx ends; an early return is a failure of the process.
 	background := []func(context.Context) error{o.sched.Run, o.store.Run}
@@ -361,9 +387,12 @@ func (o *Operator) Run(ctx context.Context) error {
 		background = append(background, o.runDemo)
 	}
 	// Room for every server's and loop's error, so none blocks after the first is taken.
-	errc := make(chan error, 2+len(background))
+	errc := make(chan error, 3+len(background))
 	go func() { errc <- fmt.Errorf("hook server: %w", o.hookSrv.Serve(o.hookLn)) }()
 	go func() { errc <- fmt.Errorf("discovery server: %w", o.discSrv.Serve(o.discLn)) }()
+	if o.gwSrv != nil {
+		go func() { errc <- fmt.Errorf("gateway server: %w", o.gwSrv.Serve(o.gwLn)) }()
+	}
 	waitLoops := startLoops(ctx, errc, background)
 
 	var runErr error
@@ -376,11 +405,17 @@ func (o *Operator) Run(ctx context.Context) error {
 	// leases while the hooks drain (or the reverse).
 	sctx, scancel := context.WithTimeout(context.Background(), o.cfg.ShutdownGrace)
 	defer scancel()
-	var hookErr, discErr error
+	var hookErr, discErr, gwErr error
 	var stopping sync.WaitGroup
 	stopping.Go(func() { hookErr = o.hookSrv.Shutdown(sctx) })
 	stopping.Go(func() { discErr = o.discSrv.Shutdown(sctx) })
+	if o.gwSrv != nil {
+		stopping.Go(func() { gwErr = o.gwSrv.Shutdown(sctx) })
+	}
 	stopping.Wait()
+	if gwErr != nil && runErr == nil {
+		runErr = fmt.Errorf("gateway server shutdown: %w", gwErr)
+	}
 	if hookErr != nil && runErr == nil {
 		runErr = fmt.Errorf("hook server shutdown: %w", hookErr)
 	}

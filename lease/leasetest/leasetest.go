@@ -67,6 +67,7 @@ func Run(t *testing.T, f Factory) {
 		{"LeaseCarriesTheRecord", testLeaseRecord},
 		{"OneHolderPerProxyAndTarget", testOneHolder},
 		{"NoMatchSaysWhen", testNoMatchSaysWhen},
+		{"AvoidRotates", testAvoid},
 		{"NamespacesLimitTheLease", testNamespaces},
 		{"PoolLoad", testPoolLoad},
 	} {
@@ -810,6 +811,31 @@ func testNoMatchSaysWhen(t *testing.T, f Factory) {
 		t.Fatal("lease on an unhealthy proxy")
 	} else if nm := new(lease.NoMatchError); !errors.As(err, &nm) || !nm.FreeAt.IsZero() {
 		t.Errorf("only unhealthy: %v, free at %v, want none", err, nm.FreeAt)
+	}
+}
+
+// testAvoid: avoided proxies are passed over while another fits, and granted when none does.
+func testAvoid(t *testing.T, f Factory) {
+	ctx := context.Background()
+	fx := newFixture(t, f, spec{name: "a", max: 4, latency: 1}, spec{name: "b", max: 4, latency: 2},
+		spec{name: "c", max: 4, latency: 3}, spec{name: "d", max: 4, unhealthy: true})
+	for _, tc := range []struct {
+		avoid []string
+		want  string
+	}{
+		{nil, "ns/a"},
+		{[]string{"ns/a"}, "ns/b"},
+		{[]string{"ns/a", "ns/b"}, "ns/c"},
+		{[]string{"ns/b", "ns/a", "ns/c"}, "ns/a"}, // none else fits: the best avoided one
+		{[]string{"ns/a", "ns/b", "ns/c", "ns/d"}, "ns/a"},
+	} {
+		l := fx.mustAcquire(t, lease.Request{Target: "t.example", Avoid: tc.avoid})
+		if l.Proxy.Key != tc.want {
+			t.Errorf("avoiding %v: lease on %s, want %s", tc.avoid, l.Proxy.Key, tc.want)
+		}
+		if err := fx.h.Store.Release(ctx, l.ID); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

@@ -232,7 +232,7 @@ func (s *Store) Acquire(ctx context.Context, r lease.Request) (lease.Lease, erro
 		if err != nil {
 			return lease.Lease{}, unavailable("acquire", err)
 		}
-		args := append(s.head(6+len(ids)), bver, id, ms(r.TTL), r.Target, r.SessionKey, s.cfg.MaxSessions)
+		args := append(s.head(7+len(ids)), bver, id, ms(r.TTL), r.Target, r.SessionKey, s.cfg.MaxSessions, strings.Join(r.Avoid, "\n"))
 		for _, b := range ids {
 			args = append(args, b)
 		}

@@ -23,7 +23,7 @@ type Config struct {
 	// RotatingBase and RotatingCap are the rotating strategy's backoff (scrapy-rotating-proxies
 	// defaults: 300 s and 3600 s).
 	RotatingBase, RotatingCap time.Duration
-	// Strategies to run, in order (default: random, rotating, leases).
+	// Strategies to run, in order (default: random, rotating, leases, gateway).
 	Strategies []string
 }
 
@@ -61,7 +61,7 @@ func Run(ctx context.Context, cfg Config, progress func(string)) ([]Row, error) 
 	}
 	names := cfg.Strategies
 	if len(names) == 0 {
-		names = []string{"random", "rotating", "leases"}
+		names = []string{"random", "rotating", "leases", "gateway"}
 	}
 	var rows []Row
 	for _, name := range names {
@@ -110,6 +110,9 @@ func runOne(ctx context.Context, cfg Config, name string, progress func(string))
 		s = &rotating{pool: pool{c: c, selector: sel, auth: auth}, base: cfg.RotatingBase, cap: cfg.RotatingCap, state: map[string]*rotState{}}
 	case "leases":
 		s = &leases{c: c, selector: sel, sites: farm.Hosts(), ttl: time.Minute, held: map[[2]int]*heldLease{}, wait: map[[2]int]time.Duration{}}
+	case "gateway":
+		s = &viaGateway{proxy: &url.URL{Scheme: "http", Host: op.GatewayAddr, User: url.UserPassword("pool-crawl", op.Token)},
+			pause: time.Second, until: map[[2]int]time.Time{}}
 	default:
 		return Row{}, fmt.Errorf("crawl: unknown strategy %q", name)
 	}

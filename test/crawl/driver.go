@@ -1,6 +1,6 @@
 // Package crawl is the crawl benchmark: the same job (URLs over a farm of rate-limited sites,
 // a fixed number of workers, one fleet of mock proxies from a running operator, one time
-// budget) crawled with three proxy strategies, random, rotating and leases, and what each
+// budget) crawled with four proxy strategies, random, rotating, leases and the gateway, and what each
 // achieved as the farm counted it. It knows the operator only through its discovery API and
 // its wiring (StartOperator), and the farm only through its counters.
 package crawl
@@ -219,6 +219,10 @@ func run(ctx context.Context, job Job, s strategy) (Result, error) {
 				case err != nil:
 					failed.Add(1)
 					q.retry(site, page)
+					if code == http.StatusServiceUnavailable {
+						// A gateway with no upstream for the site now: come back when it says.
+						blockedUntil[site] = time.Now().Add(max(retryAfter, 100*time.Millisecond))
+					}
 					continue
 				case code == http.StatusOK:
 					pages.Add(1)
@@ -268,7 +272,7 @@ func fetch(ctx context.Context, c *http.Client, u string) (int, time.Duration, e
 	case http.StatusOK, http.StatusTooManyRequests, http.StatusForbidden:
 		return res.StatusCode, client.ParseRetryAfter(res.Header.Get("Retry-After"), time.Now()), nil
 	}
-	return res.StatusCode, 0, fmt.Errorf("status %d from the proxy", res.StatusCode)
+	return res.StatusCode, client.ParseRetryAfter(res.Header.Get("Retry-After"), time.Now()), fmt.Errorf("status %d from the proxy", res.StatusCode)
 }
 
 func sleep(ctx context.Context, d time.Duration) {
@@ -524,3 +528,37 @@ func (l *leases) finish(ctx context.Context, worker int) {
 		_ = h.ka.Release(ctx)
 	}
 }
+
+// viaGateway: a naive crawler with no client library: every request goes to the operator's
+// gateway as a plain HTTP proxy with the session-less username, and a 429 or 403 that still
+// reaches it (the gateway retried on other upstreams already) pauses that site for the worker.
+type viaGateway struct {
+	proxy *url.URL
+	pause time.Duration
+
+	mu    sync.Mutex
+	until map[[2]int]time.Time
+}
+
+func (g *viaGateway) name() string                { return "gateway" }
+func (g *viaGateway) start(context.Context) error { return nil }
+
+func (g *viaGateway) pick(_ context.Context, worker, site int) (*url.URL, time.Duration, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if d := time.Until(g.until[[2]int{worker, site}]); d > 0 {
+		return nil, d, nil
+	}
+	return g.proxy, 0, nil
+}
+
+func (g *viaGateway) answered(_ context.Context, worker, site int, _ *url.URL, code int, retryAfter time.Duration) {
+	if code != http.StatusTooManyRequests && code != http.StatusForbidden {
+		return
+	}
+	g.mu.Lock()
+	g.until[[2]int{worker, site}] = time.Now().Add(max(g.pause, retryAfter))
+	g.mu.Unlock()
+}
+
+func (g *viaGateway) finish(context.Context, int) {}

@@ -16,6 +16,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/providers/factory"
 	"github.com/proxy-operator/proxy-operator/providers/mock"
 	"github.com/proxy-operator/proxy-operator/server"
+	"github.com/proxy-operator/proxy-operator/server/gateway"
 )
 
 // OperatorConfig is what the benchmark sets of the operator; the rest is main.go's default.
@@ -34,10 +35,12 @@ type OperatorConfig struct {
 // Operator is a running operator with its fleet Ready and healthy.
 type Operator struct {
 	DiscoveryURL string
-	Token        string
-	View         *fleet.View
-	cancel       context.CancelFunc
-	done         chan error
+	// GatewayAddr is the operator's proxy gateway (-gateway-addr), over the same leases.
+	GatewayAddr string
+	Token       string
+	View        *fleet.View
+	cancel      context.CancelFunc
+	done        chan error
 }
 
 // Close stops the operator (servers, loops) and its mock proxies.
@@ -56,6 +59,7 @@ func StartOperator(ctx context.Context, cfg OperatorConfig) (*Operator, error) {
 	op, err := server.New(server.Config{
 		Hooks:         server.HooksConfig{Addr: "127.0.0.1:0"},
 		Discovery:     server.DiscoveryAPIConfig{Addr: "127.0.0.1:0", Token: cfg.Token},
+		Gateway:       gateway.Config{Addr: "127.0.0.1:0"},
 		Providers:     server.ProvidersConfig{Parsed: &pcfg},
 		Lease:         server.LeaseConfig{Cooldown: cfg.RateLimitedCooldown, BanCooldown: cfg.BannedCooldown, MaxCooldown: cfg.MaxCooldown},
 		ShutdownGrace: 5 * time.Second,
@@ -78,7 +82,7 @@ func StartOperator(ctx context.Context, cfg OperatorConfig) (*Operator, error) {
 		_ = probe.Close()
 		done <- err
 	}()
-	o := &Operator{DiscoveryURL: "http://" + op.DiscoveryAddr(), Token: cfg.Token, View: op.Fleet(), cancel: cancel, done: done}
+	o := &Operator{DiscoveryURL: "http://" + op.DiscoveryAddr(), GatewayAddr: op.GatewayAddr(), Token: cfg.Token, View: op.Fleet(), cancel: cancel, done: done}
 	if err := playMetacontroller(ctx, "http://"+op.HookAddr(), "http://"+probeLn.Addr().String()+"/generate_204", cfg, op.Health()); err != nil {
 		o.Close()
 		return nil, err
@@ -104,7 +108,7 @@ func playMetacontroller(ctx context.Context, hookURL, probeURL string, cfg Opera
 			return err
 		}
 	}
-	deadline := time.Now().Add(2 * time.Minute)
+	deadline := time.Now().Add(5 * time.Minute) // a loaded 2-core machine probes slowly
 	for {
 		d.Clock.AdvanceTo(time.Now())
 		if err := d.RunUntilIdle(); err != nil {
@@ -121,7 +125,7 @@ func playMetacontroller(ctx context.Context, hookURL, probeURL string, cfg Opera
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("only %d of %d proxies Ready and healthy after 2 minutes", ready, cfg.Proxies)
+			return fmt.Errorf("only %d of %d proxies Ready and healthy after 5 minutes", ready, cfg.Proxies)
 		}
 		select {
 		case <-ctx.Done():

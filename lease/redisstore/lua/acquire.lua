@@ -1,10 +1,13 @@
 -- ARGV: 3 bucket-set version the caller matched against, 4 lease id, 5 ttl ms, 6 target,
--- 7 session key, 8 most sessions, 9.. the ids of the buckets the selector matches.
+-- 7 session key, 8 most sessions, 9 proxies to avoid (newline-separated), 10.. the ids of
+-- the buckets the selector matches.
 if (redis.call('GET', P .. 'bver') or '0') ~= ARGV[3] then return {'stale'} end
 sweep()
 local id, ttl, target, session, maxs = ARGV[4], tonumber(ARGV[5]), ARGV[6], ARGV[7], tonumber(ARGV[8])
 local inb = {}
-for i = 9, #ARGV do inb[ARGV[i]] = true end
+for i = 10, #ARGV do inb[ARGV[i]] = true end
+local avoid = {}
+for k in string.gmatch(ARGV[9], '[^\n]+') do avoid[k] = true end
 
 local function cooling(p)
   if target == '' then return false end
@@ -65,8 +68,8 @@ if session ~= '' then
 end
 
 local matching, unhealthy, full, cool, leased = 0, 0, 0, 0, 0
-local best, best_score
-for i = 9, #ARGV do
+local best, best_score, fallback
+for i = 10, #ARGV do
   local b = ARGV[i]
   matching = matching + redis.call('SCARD', P .. 'bm:' .. b)
   unhealthy = unhealthy + redis.call('SCARD', P .. 'bu:' .. b)
@@ -88,6 +91,8 @@ for i = 9, #ARGV do
       elseif held(p) then
         leased = leased + 1
         held_until(p)
+      elseif avoid[p] then
+        fallback = fallback or p -- passed over while another fits
       else
         best, best_score = p, sc
         done = true
@@ -98,10 +103,11 @@ for i = 9, #ARGV do
     size = 64
   end
 end
+if not best then best = fallback end
 if not best then
   -- Demand for the pools whose members were at capacity, once per pool (namespace/pool).
   local seen = {}
-  for i = 9, #ARGV do
+  for i = 10, #ARGV do
     local b = ARGV[i]
     if redis.call('SCARD', P .. 'bf:' .. b) > 0 then
       local pk = redis.call('HGET', P .. 'bpool', b)

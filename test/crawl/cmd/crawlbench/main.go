@@ -1,5 +1,5 @@
 // Command crawlbench runs the crawl benchmark (`make bench-crawl`): the same job with the
-// random, rotating and leases strategies against the loopback farm, each on a fresh operator,
+// random, rotating, leases and gateway strategies against the loopback farm, each on a fresh operator,
 // and prints a Markdown table of what each achieved, then the farm's counters per site.
 package main
 
@@ -28,7 +28,7 @@ func main() {
 	flag.DurationVar(&cfg.BannedCooldown, "lease-ban-cooldown", 0, "operator -lease-ban-cooldown (0: its default)")
 	flag.DurationVar(&cfg.RotatingBase, "rotating-base", cfg.RotatingBase, "rotating strategy's backoff base")
 	flag.DurationVar(&cfg.RotatingCap, "rotating-cap", cfg.RotatingCap, "rotating strategy's backoff cap")
-	strategies := flag.String("strategies", "random,rotating,leases", "strategies to run, comma-separated")
+	strategies := flag.String("strategies", "random,rotating,leases,gateway", "strategies to run, comma-separated")
 	verbose := flag.Bool("v", false, "print the farm's counters per site for each strategy")
 	flag.Parse()
 	cfg.Strategies = strings.Split(*strategies, ",")

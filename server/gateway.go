@@ -1,0 +1,195 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/proxy-operator/proxy-operator/server/discovery"
+	"github.com/proxy-operator/proxy-operator/server/gateway"
+)
+
+// DefaultGatewayAddr is where `proxy-operator gateway` listens unless told otherwise.
+const DefaultGatewayAddr = ":8091"
+
+// GatewayConfig configures a gateway-only process (`proxy-operator gateway`): the crawlers'
+// proxy gateway served from a shared lease store that an operator fills. The lease flags must
+// match the operator's: the cooldown policy travels with each report.
+type GatewayConfig struct {
+	Gateway gateway.Config
+	// MetricsAddr serves /metrics and /healthz (empty: none).
+	MetricsAddr string
+	// Token, TokenFile and Insecure: the tokens, as the discovery API's (DiscoveryAPIConfig).
+	Token     string
+	TokenFile string
+	Insecure  bool
+	// Lease.Store is required (the Redis the operator fills).
+	Lease         LeaseConfig
+	ShutdownGrace time.Duration
+	Log           *slog.Logger
+}
+
+// GatewayDefaults returns the defaults the gateway subcommand's flags show.
+func GatewayDefaults() GatewayConfig {
+	d := Defaults()
+	g := gateway.DefaultConfig()
+	g.Addr = DefaultGatewayAddr
+	return GatewayConfig{Gateway: g, MetricsAddr: ":9091", Lease: d.Lease, ShutdownGrace: d.ShutdownGrace}
+}
+
+// Validate says which setting is missing or out of range.
+func (c GatewayConfig) Validate() error {
+	if c.Lease.Store == "" {
+		return errors.New("-lease-store is required: the gateway subcommand leases from a shared store (redis:// or rediss://); " +
+			"for one process, run the operator with -gateway-addr instead")
+	}
+	if c.Gateway.Addr == "" {
+		return errors.New("-gateway-addr is required")
+	}
+	if err := c.Lease.Validate(); err != nil {
+		return err
+	}
+	if c.ShutdownGrace <= 0 {
+		return fmt.Errorf("-shutdown-grace must be positive")
+	}
+	return c.Gateway.Validate()
+}
+
+// RunGateway builds the gateway process from c and serves it until ctx ends.
+func RunGateway(ctx context.Context, c GatewayConfig) error {
+	g, err := NewGateway(c)
+	if err != nil {
+		return err
+	}
+	return g.Run(ctx)
+}
+
+// Gateway is an assembled gateway-only process. Build it with NewGateway, serve it with Run
+// (once).
+type Gateway struct {
+	cfg       GatewayConfig
+	log       *slog.Logger
+	backend   *redisBackend
+	srv       *http.Server
+	ln        net.Listener
+	metrics   *http.Server
+	metricsLn net.Listener
+}
+
+// NewGateway builds the store, the reader and the server and binds the listeners. Redis need
+// not be reachable yet.
+func NewGateway(cfg GatewayConfig) (_ *Gateway, err error) {
+	cfg.Gateway = cfg.Gateway.WithDefaults()
+	cfg.Lease = cfg.Lease.withDefaults()
+	if cfg.ShutdownGrace == 0 {
+		cfg.ShutdownGrace = Defaults().ShutdownGrace
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	tokens, err := discovery.Tokens(cfg.Token, cfg.TokenFile, cfg.Insecure)
+	if err != nil {
+		return nil, err
+	}
+	g := &Gateway{cfg: cfg, log: log}
+	defer func() {
+		if err != nil {
+			g.close()
+		}
+	}()
+	if g.backend, err = newRedisBackend(cfg.Lease, log); err != nil {
+		return nil, err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	gw := &gateway.Gateway{Leases: g.backend.store, Fleet: g.backend.reader, Tokens: tokens, Insecure: cfg.Insecure,
+		Log: log.With("component", "gateway"), Registerer: reg}
+	if err := cfg.Gateway.Apply(gw); err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", cfg.Gateway.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("gateway listener: %w", err)
+	}
+	g.srv, g.ln = gw.Server(), gw.Listener(ln)
+	if cfg.MetricsAddr != "" {
+		if g.metricsLn, err = net.Listen("tcp", cfg.MetricsAddr); err != nil {
+			return nil, fmt.Errorf("metrics listener: %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+		g.metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+			WriteTimeout: 15 * time.Second, IdleTimeout: time.Minute, MaxHeaderBytes: 16 << 10}
+	}
+	return g, nil
+}
+
+func (g *Gateway) close() {
+	for _, ln := range []net.Listener{g.ln, g.metricsLn} {
+		if ln != nil {
+			_ = ln.Close()
+		}
+	}
+	if g.backend != nil {
+		g.backend.close()
+	}
+}
+
+// Addr is the bound address of the gateway listener.
+func (g *Gateway) Addr() string { return g.ln.Addr().String() }
+
+// MetricsAddr is the bound address of the metrics listener ("" without one).
+func (g *Gateway) MetricsAddr() string {
+	if g.metricsLn == nil {
+		return ""
+	}
+	return g.metricsLn.Addr().String()
+}
+
+// Run serves until ctx ends, with the reader and the store's sweep running beside it, then
+// shuts down within ShutdownGrace (open tunnels are cut when the process exits).
+func (g *Gateway) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer g.close()
+	g.log.Info("listening", "gateway", g.Addr(), "metrics", g.MetricsAddr())
+	errc := make(chan error, 4)
+	go func() { errc <- fmt.Errorf("gateway server: %w", g.srv.Serve(g.ln)) }()
+	if g.metrics != nil {
+		go func() { errc <- fmt.Errorf("metrics server: %w", g.metrics.Serve(g.metricsLn)) }()
+	}
+	waitLoops := startLoops(ctx, errc, []func(context.Context) error{g.backend.reader.Run, g.backend.store.Run})
+	var runErr error
+	select {
+	case runErr = <-errc:
+	case <-ctx.Done():
+	}
+	g.log.Info("shutting down")
+	sctx, scancel := context.WithTimeout(context.Background(), g.cfg.ShutdownGrace)
+	defer scancel()
+	if err := g.srv.Shutdown(sctx); err != nil && runErr == nil {
+		runErr = fmt.Errorf("gateway server shutdown: %w", err)
+	}
+	if g.metrics != nil {
+		_ = g.metrics.Shutdown(sctx)
+	}
+	cancel()
+	waitLoops()
+	if errors.Is(runErr, http.ErrServerClosed) {
+		runErr = nil
+	}
+	return runErr
+}

@@ -1,0 +1,194 @@
+package gateway_test
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// benchLoad is one load phase's result.
+type benchLoad struct {
+	ops   int
+	bytes int64
+	dur   time.Duration
+	lat   []time.Duration
+}
+
+func (l benchLoad) rate() float64 { return float64(l.ops) / l.dur.Seconds() }
+
+func (l benchLoad) byteRate() float64 { return float64(l.bytes) / l.dur.Seconds() }
+
+func (l benchLoad) p99() time.Duration {
+	if len(l.lat) == 0 {
+		return 0
+	}
+	s := slices.Clone(l.lat)
+	slices.Sort(s)
+	return s[len(s)*99/100]
+}
+
+func (l *benchLoad) add(o benchLoad) {
+	l.ops += o.ops
+	l.bytes += o.bytes
+	l.dur += o.dur
+	l.lat = append(l.lat, o.lat...)
+}
+
+// runLoad runs clients workers for d; worker i calls op(i) in a loop.
+func runLoad(b *testing.B, clients int, d time.Duration, op func(i int) (int64, error)) benchLoad {
+	var mu sync.Mutex
+	var out benchLoad
+	start := time.Now()
+	deadline := start.Add(d)
+	var wg sync.WaitGroup
+	for i := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var lat []time.Duration
+			var n int64
+			for time.Now().Before(deadline) {
+				t0 := time.Now()
+				got, err := op(i)
+				if err != nil {
+					b.Errorf("client %d: %v", i, err)
+					return
+				}
+				lat = append(lat, time.Since(t0))
+				n += got
+			}
+			mu.Lock()
+			out.ops += len(lat)
+			out.bytes += n
+			out.lat = append(out.lat, lat...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	out.dur = time.Since(start)
+	return out
+}
+
+// connectOnce opens a tunnel through proxy to site, fetches a small page in it and closes.
+func connectOnce(proxy *url.URL, site string) (int64, error) {
+	c, err := net.DialTimeout("tcp", proxy.Host, 10*time.Second)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	pw, _ := proxy.User.Password()
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\nProxy-Authorization: %s\r\n\r\n", site, site, basicAuth(proxy.User.Username(), pw))
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+	if err != nil {
+		return 0, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("CONNECT: %s", resp.Status)
+	}
+	fmt.Fprintf(c, "GET /small HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", site)
+	resp, err = http.ReadResponse(br, nil)
+	if err != nil {
+		return 0, err
+	}
+	return io.Copy(io.Discard, resp.Body)
+}
+
+// BenchmarkGateway compares, in one run, the same clients through the gateway (token auth,
+// a lease per request or tunnel, rules) and straight to the same mock upstream with its
+// credential: small GETs (64 clients), CONNECT tunnels opened per second (64 clients), 1 MiB
+// bodies (16 clients). Each client crawls its own loopback site, as a crawler's workers do (the
+// store gives one upstream to one holder per site at a time). Phases alternate, twice each.
+// make bench-gateway; GATEWAY_BENCH_SECONDS sets each phase's length (default 3).
+func BenchmarkGateway(b *testing.B) {
+	secs := 3
+	if v, err := strconv.Atoi(os.Getenv("GATEWAY_BENCH_SECONDS")); err == nil && v > 0 {
+		secs = v
+	}
+	phase := time.Duration(secs) * time.Second
+	e := newEnv(b, 0, nil)
+	e.addUpstream(b, "crawl/bench", "127.0.0.41", map[string]string{"pool": "bench"}, 10000)
+	p, _ := e.view.Get("crawl/bench")
+	upstream := p.Credentials.ProxyURL(net.JoinHostPort(p.IP, strconv.Itoa(int(p.Port))))
+	gw := e.proxyURL("pool-bench", token)
+	big := strings.Repeat("x", 1<<20)
+	sites := make([]string, 64)
+	for i := range sites {
+		sites[i] = newSite(b, func(w http.ResponseWriter, r *http.Request, _ string) {
+			if r.URL.Path == "/big" {
+				_, _ = io.WriteString(w, big)
+				return
+			}
+			_, _ = io.WriteString(w, "a small page of a site\n")
+		}).addr
+	}
+	clientsFor := func(proxy *url.URL, n int) []*http.Client {
+		cs := make([]*http.Client, n)
+		for i := range cs {
+			cs[i] = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(proxy), MaxIdleConnsPerHost: 2}}
+		}
+		return cs
+	}
+	getOp := func(cs []*http.Client, path string) func(int) (int64, error) {
+		return func(i int) (int64, error) {
+			resp, err := cs[i].Get("http://" + sites[i] + path)
+			if err != nil {
+				return 0, err
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return 0, fmt.Errorf("GET: %s", resp.Status)
+			}
+			return io.Copy(io.Discard, resp.Body)
+		}
+	}
+	type row struct {
+		name          string
+		clients       int
+		direct, viaGW func(int) (int64, error)
+		bytes         bool
+		directR, gwR  benchLoad
+	}
+	dc, gc := clientsFor(upstream, 64), clientsFor(gw, 64)
+	rows := []*row{
+		{name: "GET small page", clients: 64, direct: getOp(dc, "/small"), viaGW: getOp(gc, "/small")},
+		{name: "CONNECT + small page", clients: 64,
+			direct: func(i int) (int64, error) { return connectOnce(upstream, sites[i]) },
+			viaGW:  func(i int) (int64, error) { return connectOnce(gw, sites[i]) }},
+		{name: "GET 1 MiB", clients: 16, bytes: true, direct: getOp(dc, "/big"), viaGW: getOp(gc, "/big")},
+	}
+	b.ResetTimer()
+	for range b.N {
+		for _, r := range rows {
+			for range 2 {
+				r.directR.add(runLoad(b, r.clients, phase, r.direct))
+				r.gwR.add(runLoad(b, r.clients, phase, r.viaGW))
+			}
+		}
+	}
+	b.StopTimer()
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "\n| load | clients | direct | through the gateway | ratio | p99 direct | p99 gateway | added p99 |\n|---|---|---|---|---|---|---|---|\n")
+	for _, r := range rows {
+		d, g := r.directR.rate(), r.gwR.rate()
+		unit := "/s"
+		if r.bytes {
+			d, g, unit = r.directR.byteRate()/(1<<20), r.gwR.byteRate()/(1<<20), " MiB/s"
+		}
+		fmt.Fprintf(&sb, "| %s | %d | %.0f%s | %.0f%s | %.2fx | %v | %v | %v |\n", r.name, r.clients, d, unit, g, unit, g/d,
+			r.directR.p99().Round(time.Microsecond*100), r.gwR.p99().Round(time.Microsecond*100), (r.gwR.p99() - r.directR.p99()).Round(time.Microsecond*100))
+		b.ReportMetric(g/d, strings.ReplaceAll(strings.ToLower(r.name), " ", "_")+"_ratio")
+	}
+	b.Log(sb.String())
+}

@@ -1,0 +1,209 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/proxy-operator/proxy-operator/server/httpx"
+)
+
+type upstreamKey struct{}
+
+// upstreamOf is the transport's Proxy function: the upstream a try was given.
+func upstreamOf(r *http.Request) (*url.URL, error) {
+	u, _ := r.Context().Value(upstreamKey{}).(*url.URL)
+	if u == nil {
+		return nil, errors.New("gateway: request without an upstream")
+	}
+	return u, nil
+}
+
+// hopHeaders are never relayed (RFC 9110 7.6.1), with Proxy-Authorization, which carries the
+// caller's token, and Proxy-Authenticate.
+var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
+	"Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+func removeHop(h http.Header) {
+	for _, f := range h.Values("Connection") {
+		for name := range strings.SplitSeq(f, ",") {
+			if name = strings.TrimSpace(name); name != "" {
+				h.Del(name)
+			}
+		}
+	}
+	for _, k := range hopHeaders {
+		h.Del(k)
+	}
+}
+
+func idempotent(method string) bool {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, http.MethodPut, http.MethodDelete:
+		return true
+	}
+	return false
+}
+
+// forward relays an absolute-form request through leased upstreams: a rule that matches the
+// answer reports the upstream for the target and, when the request can be sent again
+// (idempotent, body kept), the next try goes through another upstream.
+func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, p pick) error {
+	target, err := targetOf(r.URL.Host, "80")
+	if err != nil {
+		return err
+	}
+	rc := http.NewResponseController(w)
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	// One watchdog for the whole exchange: any progress, either way, pushes it back.
+	dog := time.AfterFunc(g.IdleTimeout, cancel)
+	defer dog.Stop()
+	touch := func() { dog.Reset(g.IdleTimeout) }
+
+	body, retryable, err := g.requestBody(r, rc, touch)
+	if err != nil {
+		return err
+	}
+	out := r.Clone(ctx)
+	out.RequestURI = ""
+	removeHop(out.Header)
+	if _, ok := out.Header["User-Agent"]; !ok {
+		out.Header.Set("User-Agent", "") // the transport would add Go's
+	}
+
+	var (
+		held    []*hold
+		resp    *http.Response
+		final   *hold
+		lastErr error
+		tries   int
+	)
+	defer func() {
+		for _, h := range held {
+			g.done(h)
+		}
+	}()
+	for tries < g.MaxTries && (tries == 0 || retryable) {
+		h, err := g.take(ctx, p, target, held)
+		if err != nil {
+			if tries == 0 {
+				return leaseError(err)
+			}
+			break // answer with what the last try got
+		}
+		held = append(held, h)
+		tries++
+		try := out.Clone(context.WithValue(ctx, upstreamKey{}, h.upstream))
+		try.Body = body()
+		start := g.Now()
+		got, err := g.transport.RoundTrip(try)
+		touch()
+		if err != nil {
+			lastErr = err
+			g.Log.Debug("gateway upstream failed", "proxy", h.l.Proxy.Key, "target", target, "err", err)
+			continue
+		}
+		g.m.upstream.WithLabelValues(kindRequest).Observe(g.Now().Sub(start).Seconds())
+		if got.StatusCode == http.StatusProxyAuthRequired {
+			// The upstream refused the gateway's credential for it: never the client's concern.
+			got.Body.Close()
+			lastErr = errors.New("upstream refused its credential (407)")
+			g.Log.Warn("gateway upstream refused its credential", "proxy", h.l.Proxy.Key)
+			continue
+		}
+		if resp != nil {
+			resp.Body.Close()
+		}
+		resp, final = got, h
+		rule, err := g.detect(target, resp)
+		if err != nil {
+			lastErr = err
+			resp.Body.Close()
+			resp = nil
+			continue
+		}
+		if rule == nil {
+			break
+		}
+		g.report(ctx, h, target, rule, resp.Header)
+	}
+	g.m.tries.WithLabelValues(kindRequest).Observe(float64(tries))
+	if resp == nil {
+		g.Log.Warn("gateway request failed on every upstream tried", "target", target, "tries", tries, "err", lastErr)
+		w.Header().Set(HeaderTries, strconv.Itoa(tries))
+		return &httpx.Error{Code: http.StatusBadGateway, Err: lastErr,
+			Message: "no upstream proxy answered for " + target + " after " + strconv.Itoa(tries) + " tries"}
+	}
+	defer resp.Body.Close()
+	// Earlier tries free their upstreams now rather than when the body is through.
+	for _, h := range held {
+		if h != final {
+			g.done(h)
+		}
+	}
+	held = []*hold{final}
+
+	hdr := w.Header()
+	for k, vs := range resp.Header {
+		hdr[k] = vs
+	}
+	removeHop(hdr)
+	hdr.Set(HeaderProxy, final.l.Proxy.Key)
+	hdr.Set(HeaderTries, strconv.Itoa(tries))
+	w.WriteHeader(resp.StatusCode)
+	g.m.outcome(kindRequest, "ok")
+	g.m.bytes(final, "out", r.ContentLength)
+	n, err := copyIdle(w, resp.Body, rc, g.IdleTimeout, touch)
+	g.m.bytes(final, "in", n)
+	if err != nil {
+		g.Log.Debug("gateway body relay ended early", "proxy", final.l.Proxy.Key, "target", target, "err", err)
+	}
+	return nil
+}
+
+// requestBody returns a function giving each try its body. A body that is at most
+// MaxRetryBody and belongs to an idempotent method is kept for retries; any other is sent once.
+func (g *Gateway) requestBody(r *http.Request, rc *http.ResponseController, touch func()) (func() io.ReadCloser, bool, error) {
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+		return func() io.ReadCloser { return http.NoBody }, idempotent(r.Method), nil
+	}
+	src := &idleReader{r: r.Body, rc: rc, idle: g.IdleTimeout, touch: touch}
+	if !idempotent(r.Method) || r.ContentLength > g.MaxRetryBody {
+		return func() io.ReadCloser { return io.NopCloser(src) }, false, nil
+	}
+	b, err := io.ReadAll(io.LimitReader(src, g.MaxRetryBody+1))
+	if err != nil {
+		return nil, false, httpx.Errorf(http.StatusBadRequest, "reading the request body failed")
+	}
+	if int64(len(b)) > g.MaxRetryBody {
+		// A chunked body past the limit: sent once, the part read first.
+		rest := io.MultiReader(bytes.NewReader(b), src)
+		return func() io.ReadCloser { return io.NopCloser(rest) }, false, nil
+	}
+	return func() io.ReadCloser { return io.NopCloser(bytes.NewReader(b)) }, true, nil
+}
+
+// detect matches the rules against an answer, reading at most Rules.BodyBytes of its body
+// when a body rule could apply; the body stays whole for the client.
+func (g *Gateway) detect(target string, resp *http.Response) (*Rule, error) {
+	var prefix []byte
+	if g.Rules.needsBody(target, resp.StatusCode) {
+		var err error
+		prefix, err = io.ReadAll(io.LimitReader(resp.Body, int64(g.Rules.BodyBytes)))
+		if err != nil {
+			return nil, err
+		}
+		resp.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(prefix), resp.Body), resp.Body}
+	}
+	return g.Rules.Match(target, resp.StatusCode, resp.Header, prefix), nil
+}

@@ -1,0 +1,448 @@
+// Package gateway serves the crawlers' one proxy endpoint: an HTTP/1.1 forward proxy
+// (absolute-form requests and CONNECT tunnels) that authenticates a discovery token given as
+// the proxy password, leases an upstream proxy from the lease store for every request, tunnel
+// or sticky session, adds that upstream's credential, and detects bans by rules, reporting
+// them to the store and retrying on another upstream. It never dials a target itself and never
+// decrypts TLS; it knows nothing of how the fleet is filled or probed.
+package gateway
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/proxy-operator/proxy-operator/lease"
+	"github.com/proxy-operator/proxy-operator/server/discovery/access"
+	"github.com/proxy-operator/proxy-operator/server/httpx"
+)
+
+// Defaults for Gateway fields left zero.
+const (
+	DefaultLeaseTTL              = time.Minute
+	DefaultMaxTries              = 3
+	DefaultMaxRetryBody          = 1 << 20
+	DefaultAcquireWait           = 2 * time.Second
+	DefaultMaxConns              = 20000
+	DefaultMaxConnsPerToken      = 2000
+	DefaultDialTimeout           = 10 * time.Second
+	DefaultResponseHeaderTimeout = 30 * time.Second
+	DefaultIdleTimeout           = 2 * time.Minute
+	DefaultReadHeaderTimeout     = 10 * time.Second
+	DefaultMaxHeaderBytes        = 32 << 10
+	DefaultMaxRetryAfter         = 7 * 24 * time.Hour
+
+	// realm is what Proxy-Authenticate names.
+	realm = `Basic realm="proxy-operator gateway"`
+)
+
+// Headers the gateway adds to every answer it relays.
+const (
+	HeaderProxy = "X-Proxy-Operator-Proxy"
+	HeaderTries = "X-Proxy-Operator-Tries"
+)
+
+// FleetSource says whether the fleet view can be trusted yet (after a restart it fills as
+// syncs come; leasing before would pile every request onto the first proxies synced).
+type FleetSource interface {
+	Complete() bool
+	CompleteAt() time.Time
+}
+
+// Gateway is the forward proxy. Its dependencies are fields; zero limits take the defaults.
+type Gateway struct {
+	Leases lease.Store
+	// Fleet, when set, holds requests back with 503 until the view is complete.
+	Fleet FleetSource
+	// Tokens authenticate the proxy password. Insecure serves without one, as a caller with
+	// every right (only on a trusted address).
+	Tokens   *access.Tokens
+	Insecure bool
+	// Rules detect bans in plain-HTTP answers (nil: the default rules).
+	Rules *Rules
+	Log   *slog.Logger
+	// Registerer receives the gateway metrics (nil: not registered). PerProxyMetrics labels
+	// the byte counters by proxy as well as by pool.
+	Registerer      prometheus.Registerer
+	PerProxyMetrics bool
+	Now             func() time.Time
+
+	// LeaseTTL is each lease's TTL; leases in use longer are renewed at half of it.
+	LeaseTTL time.Duration
+	// MaxTries bounds the upstreams one request or tunnel tries, the first included.
+	MaxTries int
+	// MaxRetryBody is the largest request body kept for a retry: a larger one is sent once.
+	MaxRetryBody int64
+	// AcquireWait is how long a request waits for an upstream another request holds for the
+	// same target (or one at capacity) before the 503.
+	AcquireWait time.Duration
+	// MaxConns bounds client connections (Listener); MaxConnsPerToken bounds the requests and
+	// tunnels in flight per token.
+	MaxConns         int
+	MaxConnsPerToken int
+	// DialTimeout bounds dialing an upstream, ResponseHeaderTimeout its answer's head;
+	// IdleTimeout ends a keep-alive client connection, a tunnel or a body without traffic.
+	DialTimeout           time.Duration
+	ResponseHeaderTimeout time.Duration
+	IdleTimeout           time.Duration
+	ReadHeaderTimeout     time.Duration
+	MaxHeaderBytes        int
+	// MaxRetryAfter caps a target's Retry-After when it becomes a cooldown.
+	MaxRetryAfter time.Duration
+
+	once      sync.Once
+	transport *http.Transport
+	m         *metrics
+
+	mu       sync.Mutex
+	inflight map[string]int   // requests and tunnels per token name
+	slots    map[string]*slot // sticky sessions with a lease in use, by session key and target
+	freed    chan struct{}    // closed (and replaced) whenever this gateway releases a lease
+	recent   map[string][]string
+}
+
+func (g *Gateway) init() {
+	if g.Log == nil {
+		g.Log = slog.New(slog.DiscardHandler)
+	}
+	if g.Now == nil {
+		g.Now = time.Now
+	}
+	if g.Rules == nil {
+		g.Rules, _ = ParseRules(nil)
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&g.LeaseTTL, DefaultLeaseTTL)
+	def(&g.AcquireWait, DefaultAcquireWait)
+	def(&g.DialTimeout, DefaultDialTimeout)
+	def(&g.ResponseHeaderTimeout, DefaultResponseHeaderTimeout)
+	def(&g.IdleTimeout, DefaultIdleTimeout)
+	def(&g.ReadHeaderTimeout, DefaultReadHeaderTimeout)
+	def(&g.MaxRetryAfter, DefaultMaxRetryAfter)
+	if g.LeaseTTL < 2*time.Second {
+		g.LeaseTTL = 2 * time.Second
+	}
+	if g.MaxTries <= 0 {
+		g.MaxTries = DefaultMaxTries
+	}
+	if g.MaxRetryBody <= 0 {
+		g.MaxRetryBody = DefaultMaxRetryBody
+	}
+	if g.MaxConns <= 0 {
+		g.MaxConns = DefaultMaxConns
+	}
+	if g.MaxConnsPerToken <= 0 {
+		g.MaxConnsPerToken = DefaultMaxConnsPerToken
+	}
+	if g.MaxHeaderBytes <= 0 {
+		g.MaxHeaderBytes = DefaultMaxHeaderBytes
+	}
+	g.inflight = map[string]int{}
+	g.slots = map[string]*slot{}
+	g.recent = map[string][]string{}
+	g.freed = make(chan struct{})
+	dialer := &net.Dialer{Timeout: g.DialTimeout, KeepAlive: 30 * time.Second}
+	g.transport = &http.Transport{
+		// The upstream of each request travels in its context (see upstreamOf); the pool of
+		// connections is per upstream, so a request never rides another upstream's connection.
+		Proxy:                  upstreamOf,
+		DialContext:            dialer.DialContext,
+		ResponseHeaderTimeout:  g.ResponseHeaderTimeout,
+		IdleConnTimeout:        90 * time.Second,
+		MaxIdleConns:           4096,
+		MaxIdleConnsPerHost:    256,
+		MaxResponseHeaderBytes: int64(g.MaxHeaderBytes) * 2,
+		// The client's Accept-Encoding and the target's Content-Encoding pass through as sent.
+		DisableCompression: true,
+		ForceAttemptHTTP2:  false,
+	}
+	g.m = newMetrics(g.Registerer, g.PerProxyMetrics)
+	switch {
+	case g.Insecure:
+		g.Log.Warn("GATEWAY AUTH DISABLED (insecure): anyone who reaches the gateway listener can crawl through every proxy")
+	case g.Tokens == nil:
+		g.Log.Error("gateway has no token: every request is refused")
+	}
+}
+
+// Server returns the gateway's server with its timeouts and header bound set. Serve it on
+// Listener(ln) so the connection bound holds.
+func (g *Gateway) Server() *http.Server {
+	g.once.Do(g.init)
+	return &http.Server{
+		Handler:           g,
+		ReadHeaderTimeout: g.ReadHeaderTimeout,
+		IdleTimeout:       g.IdleTimeout,
+		MaxHeaderBytes:    g.MaxHeaderBytes,
+		// Bodies and tunnels are bounded by idle deadlines set as they flow (see idle.go):
+		// a whole-request ReadTimeout or WriteTimeout would cut long downloads and tunnels.
+		ErrorLog: slog.NewLogLogger(g.Log.Handler(), slog.LevelDebug),
+	}
+}
+
+// ServeHTTP answers one proxy request.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	g.once.Do(g.init)
+	kind := kindRequest
+	if r.Method == http.MethodConnect {
+		kind = kindTunnel
+	}
+	if r.Method != http.MethodConnect && !r.URL.IsAbs() && r.URL.Path == "/healthz" {
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = w.Write([]byte("ok\n"))
+		return
+	}
+	err := g.serve(w, r, kind)
+	if err == nil {
+		return
+	}
+	var e *httpx.Error
+	if !errors.As(err, &e) {
+		g.Log.Error("gateway request failed", "kind", kind, "err", err)
+		e = &httpx.Error{Code: http.StatusInternalServerError, Message: "internal error"}
+	} else if e.Code >= 500 && e.Code != http.StatusServiceUnavailable {
+		g.Log.Warn("gateway request failed", "kind", kind, "code", e.Code, "err", err)
+	} else {
+		g.Log.Debug("gateway request refused", "kind", kind, "code", e.Code, "err", err)
+	}
+	g.m.outcome(kind, outcomeOf(e.Code))
+	if e.Code == http.StatusProxyAuthRequired {
+		w.Header().Set("Proxy-Authenticate", realm)
+	}
+	httpx.WriteError(w, e)
+}
+
+func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, kind string) error {
+	caller, sel, err := g.authenticate(r)
+	if err != nil {
+		return err
+	}
+	done, err := g.admit(caller)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if g.Fleet != nil && !g.Fleet.Complete() {
+		return &httpx.Error{Code: http.StatusServiceUnavailable, RetryAfter: max(1, int(time.Until(g.Fleet.CompleteAt()).Seconds()+1)),
+			Message: "fleet view still warming up after a restart; retry after the Retry-After seconds"}
+	}
+	pick := pick{caller: caller, sel: sel}
+	if kind == kindTunnel {
+		return g.tunnel(w, r, pick)
+	}
+	if !r.URL.IsAbs() {
+		return httpx.Errorf(http.StatusBadRequest, "the gateway is a forward proxy: send absolute-form requests (GET http://site/path) or CONNECT host:port, e.g. with HTTP_PROXY and HTTPS_PROXY")
+	}
+	if r.URL.Scheme != "http" {
+		return httpx.Errorf(http.StatusBadRequest, "scheme %q: the gateway relays http:// requests; for https:// use CONNECT (HTTPS_PROXY), the gateway never decrypts TLS", r.URL.Scheme)
+	}
+	return g.forward(w, r, pick)
+}
+
+// pick is who asks and what for.
+type pick struct {
+	caller *access.Caller
+	sel    Selection
+}
+
+// authenticate reads Proxy-Authorization: Basic with the username grammar and a discovery
+// token as the password. Every refusal is a 407 saying what is wrong, never echoing the token.
+func (g *Gateway) authenticate(r *http.Request) (*access.Caller, Selection, error) {
+	deny := func(reason, format string, args ...any) (*access.Caller, Selection, error) {
+		g.m.authFailures.WithLabelValues(reason).Inc()
+		return nil, Selection{}, httpx.Errorf(http.StatusProxyAuthRequired, format, args...)
+	}
+	h := r.Header.Get("Proxy-Authorization")
+	r.Header.Del("Proxy-Authorization")
+	var user, pass string
+	if h == "" {
+		if !g.Insecure {
+			return deny("missing", "proxy authentication required: send Proxy-Authorization: Basic with a discovery token as the password (http://USERNAME:TOKEN@gateway:port)")
+		}
+	} else {
+		scheme, enc, _ := strings.Cut(strings.TrimSpace(h), " ")
+		if !strings.EqualFold(scheme, "Basic") {
+			return deny("scheme", "Proxy-Authorization scheme %.20q: the gateway accepts Basic only", scheme)
+		}
+		raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(enc))
+		if err != nil {
+			return deny("encoding", "Proxy-Authorization: the Basic credentials are not valid base64")
+		}
+		var ok bool
+		user, pass, ok = strings.Cut(string(raw), ":")
+		if !ok {
+			return deny("encoding", "Proxy-Authorization: the Basic credentials are not USERNAME:PASSWORD")
+		}
+	}
+	var caller *access.Caller
+	switch {
+	case g.Insecure:
+		caller = access.Insecure
+	case pass == "":
+		return deny("no_token", "proxy password is empty: it must be a discovery token")
+	case g.Tokens == nil:
+		return deny("token", "the gateway has no token configured: every request is refused")
+	default:
+		c, err := g.Tokens.Token(pass)
+		if err != nil {
+			return deny("token", "proxy password is not a valid discovery token")
+		}
+		caller = c
+	}
+	if !caller.MayLeaseSomewhere() {
+		return deny("read_only", "token %s may read, not lease: the gateway needs a token with the lease right", caller.Name)
+	}
+	sel, err := ParseUsername(user)
+	if err != nil {
+		return deny("username", "%s", err.Error())
+	}
+	if sel.Namespace != "" && !caller.MayLease(sel.Namespace) {
+		return deny("namespace", "token %s may not lease in namespace %s", caller.Name, sel.Namespace)
+	}
+	return caller, sel, nil
+}
+
+// admit counts a request or tunnel against its token's bound.
+func (g *Gateway) admit(c *access.Caller) (func(), error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.inflight[c.Name] >= g.MaxConnsPerToken {
+		return nil, &httpx.Error{Code: http.StatusTooManyRequests, RetryAfter: 1,
+			Message: fmt.Sprintf("token %s has %d requests and tunnels in flight, its limit", c.Name, g.MaxConnsPerToken)}
+	}
+	g.inflight[c.Name]++
+	return func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if g.inflight[c.Name]--; g.inflight[c.Name] <= 0 {
+			delete(g.inflight, c.Name)
+		}
+	}, nil
+}
+
+// request is the lease request of a pick for target.
+func (g *Gateway) request(p pick, target string) lease.Request {
+	req := lease.Request{Selector: p.sel.Selector, TTL: g.LeaseTTL, Target: target, Namespaces: p.caller.LeaseNamespaces()}
+	if p.sel.Namespace != "" {
+		req.Namespaces = []string{p.sel.Namespace}
+	}
+	if p.sel.Session != "" {
+		// Sessions are the token's own: two tenants choosing the same id do not share one.
+		req.SessionKey = "gw|" + p.caller.Name + "|" + p.sel.Session
+	}
+	return req
+}
+
+// targetOf turns a request's host into the lease target: lower case, the port kept only when
+// it is not the scheme's default, so a report made through the REST API with the bare host
+// names the same target.
+func targetOf(hostport, defaultPort string) (string, error) {
+	if hostport == "" || len(hostport) > 260 {
+		return "", httpx.Errorf(http.StatusBadRequest, "request has no usable host")
+	}
+	host, port, err := net.SplitHostPort(hostport)
+	if err != nil {
+		host, port = hostport, ""
+	}
+	host = strings.ToLower(strings.TrimSuffix(host, "."))
+	if host == "" || len(host) > 253 {
+		return "", httpx.Errorf(http.StatusBadRequest, "host %.64q: want a host name or address", hostport)
+	}
+	for _, c := range host {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '.' || c == '-' || c == '_' || c == ':') {
+			return "", httpx.Errorf(http.StatusBadRequest, "host %.64q: want a host name or address", hostport)
+		}
+	}
+	if port != "" {
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return "", httpx.Errorf(http.StatusBadRequest, "port %.10q is not a port", port)
+		}
+	}
+	if port == "" || port == defaultPort {
+		if strings.Contains(host, ":") {
+			return "[" + host + "]", nil
+		}
+		return host, nil
+	}
+	return net.JoinHostPort(host, port), nil
+}
+
+// acquire leases for req, waiting up to AcquireWait while the only obstacles are leases held
+// for the same target by others or upstreams at capacity, both freed as requests end. own is
+// how many of the leases held for the target are this request's own (they free nothing).
+func (g *Gateway) acquire(ctx context.Context, req lease.Request, own int) (lease.Lease, error) {
+	deadline := g.Now().Add(g.AcquireWait)
+	for {
+		g.mu.Lock()
+		freed := g.freed
+		g.mu.Unlock()
+		l, err := g.Leases.Acquire(ctx, req)
+		var nm *lease.NoMatchError
+		if err == nil || !errors.As(err, &nm) || (nm.LeasedForTarget <= own && nm.AtCapacity == 0) {
+			return l, err
+		}
+		wait := deadline.Sub(g.Now())
+		if wait <= 0 {
+			return l, err
+		}
+		t := time.NewTimer(min(wait, 100*time.Millisecond)) // releases by other replicas are not signalled
+		select {
+		case <-freed:
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return l, err
+		}
+		t.Stop()
+	}
+}
+
+// leaseError maps the store's refusals to the client's answer.
+func leaseError(err error) error {
+	var nm *lease.NoMatchError
+	switch {
+	case errors.As(err, &nm):
+		retry := 1
+		if nm.LeasedForTarget == 0 && nm.AtCapacity == 0 {
+			retry = 10 // cooling or unhealthy: nothing frees within a second
+		}
+		return &httpx.Error{Code: http.StatusServiceUnavailable, RetryAfter: retry, Err: err,
+			Message: "no upstream proxy available: " + nm.Reason()}
+	case errors.Is(err, lease.ErrUnavailable):
+		return &httpx.Error{Code: http.StatusServiceUnavailable, RetryAfter: 1, Err: err,
+			Message: "lease store unavailable; retry after the Retry-After seconds"}
+	case errors.Is(err, context.Canceled):
+		return &httpx.Error{Code: http.StatusServiceUnavailable, RetryAfter: 1, Err: err, Message: "request ended before an upstream was leased"}
+	}
+	return err
+}
+
+func outcomeOf(code int) string {
+	switch code {
+	case http.StatusProxyAuthRequired:
+		return "auth_failed"
+	case http.StatusServiceUnavailable:
+		return "no_upstream"
+	case http.StatusBadGateway, http.StatusGatewayTimeout:
+		return "upstream_failed"
+	case http.StatusTooManyRequests:
+		return "token_limit"
+	}
+	if code >= 500 {
+		return "error"
+	}
+	return "bad_request"
+}

@@ -1,0 +1,91 @@
+package gateway
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+const (
+	kindRequest = "request"
+	kindTunnel  = "tunnel"
+)
+
+// metrics are the gateway's series. Labels stay low-cardinality: kinds, outcomes, rule names
+// from the rules file, pools, and proxies only behind PerProxyMetrics. No token, target or
+// credential is ever a label.
+type metrics struct {
+	requests     *prometheus.CounterVec
+	tries        *prometheus.HistogramVec
+	bans         *prometheus.CounterVec
+	byteCount    *prometheus.CounterVec
+	upstream     *prometheus.HistogramVec
+	tunnels      prometheus.Gauge
+	authFailures *prometheus.CounterVec
+	conns        prometheus.Gauge
+	connsRefused prometheus.Counter
+	perProxy     bool
+}
+
+func newMetrics(reg prometheus.Registerer, perProxy bool) *metrics {
+	m := &metrics{
+		perProxy: perProxy,
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "proxy_operator_gateway_requests_total",
+			Help: "Gateway requests and tunnels answered, by kind (request or tunnel) and outcome (ok, auth_failed, no_upstream, upstream_failed, token_limit, bad_request, error).",
+		}, []string{"kind", "outcome"}),
+		tries: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "proxy_operator_gateway_tries",
+			Help:    "Upstreams tried per gateway request or tunnel.",
+			Buckets: []float64{1, 2, 3, 4, 5, 8},
+		}, []string{"kind"}),
+		bans: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "proxy_operator_gateway_bans_total",
+			Help: "Answers a ban rule matched (each reported to the lease store), by rule and result.",
+		}, []string{"rule", "result"}),
+		byteCount: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "proxy_operator_gateway_bytes_total",
+			Help: "Body and tunnel bytes relayed, by direction (in: from upstreams, out: to them), pool, and proxy when -gateway-metrics-per-proxy is on (else empty).",
+		}, []string{"direction", "pool", "proxy"}),
+		upstream: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "proxy_operator_gateway_upstream_seconds",
+			Help:    "Time from sending to an upstream to its answer's head (requests) or its 200 (tunnels).",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 12),
+		}, []string{"kind"}),
+		tunnels: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "proxy_operator_gateway_tunnels_active",
+			Help: "CONNECT tunnels open now.",
+		}),
+		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "proxy_operator_gateway_auth_failures_total",
+			Help: "407 answers, by reason (missing, scheme, encoding, no_token, token, read_only, username, namespace).",
+		}, []string{"reason"}),
+		conns: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "proxy_operator_gateway_connections",
+			Help: "Client connections open now.",
+		}),
+		connsRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "proxy_operator_gateway_connections_refused_total",
+			Help: "Client connections refused at the connection limit.",
+		}),
+	}
+	for _, k := range []string{kindRequest, kindTunnel} {
+		m.requests.WithLabelValues(k, "ok")
+		m.tries.WithLabelValues(k)
+	}
+	if reg != nil {
+		reg.MustRegister(m.requests, m.tries, m.bans, m.byteCount, m.upstream, m.tunnels, m.authFailures, m.conns, m.connsRefused)
+	}
+	return m
+}
+
+func (m *metrics) outcome(kind, outcome string) { m.requests.WithLabelValues(kind, outcome).Inc() }
+
+func (m *metrics) bytes(h *hold, direction string, n int64) {
+	if n <= 0 {
+		return
+	}
+	proxy := ""
+	if m.perProxy {
+		proxy = h.l.Proxy.Key
+	}
+	m.byteCount.WithLabelValues(direction, h.pool, proxy).Add(float64(n))
+}

@@ -1,0 +1,145 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/proxy-operator/proxy-operator/server/httpx"
+)
+
+// ErrUpstreamRefused is wrapped by the error of an upstream that answered a CONNECT with
+// anything but 200.
+var ErrUpstreamRefused = errors.New("upstream refused the tunnel")
+
+// tunnel opens a CONNECT tunnel through a leased upstream and holds the lease for the
+// tunnel's life. An upstream that fails or refuses before the client has its 200 is replaced
+// by another (the client has sent nothing yet); inside the tunnel the gateway sees only
+// bytes, so bans there are the crawler's to report (docs/api.md).
+func (g *Gateway) tunnel(w http.ResponseWriter, r *http.Request, p pick) error {
+	authority := r.Host
+	if authority == "" {
+		authority = r.URL.Host
+	}
+	if _, _, err := net.SplitHostPort(authority); err != nil {
+		return httpx.Errorf(http.StatusBadRequest, "CONNECT %.64q: want host:port", authority)
+	}
+	target, err := targetOf(authority, "443")
+	if err != nil {
+		return err
+	}
+	ctx := r.Context()
+	var (
+		held    []*hold
+		lastErr error
+		tries   int
+	)
+	defer func() {
+		for _, h := range held {
+			g.done(h)
+		}
+	}()
+	for tries < g.MaxTries {
+		h, err := g.take(ctx, p, target, held)
+		if err != nil {
+			if tries == 0 {
+				return leaseError(err)
+			}
+			break
+		}
+		held = append(held, h)
+		tries++
+		start := g.Now()
+		up, br, err := g.connectUpstream(ctx, h, authority)
+		if err != nil {
+			lastErr = err
+			g.Log.Debug("gateway upstream CONNECT failed", "proxy", h.l.Proxy.Key, "target", target, "err", err)
+			continue
+		}
+		g.m.upstream.WithLabelValues(kindTunnel).Observe(g.Now().Sub(start).Seconds())
+		g.m.tries.WithLabelValues(kindTunnel).Observe(float64(tries))
+		for _, o := range held[:len(held)-1] {
+			g.done(o)
+		}
+		held = held[len(held)-1:]
+		g.splice(w, up, br, h, tries)
+		return nil
+	}
+	g.m.tries.WithLabelValues(kindTunnel).Observe(float64(tries))
+	g.Log.Warn("gateway tunnel failed on every upstream tried", "target", target, "tries", tries, "err", lastErr)
+	w.Header().Set(HeaderTries, strconv.Itoa(tries))
+	return &httpx.Error{Code: http.StatusBadGateway, Err: lastErr,
+		Message: "no upstream proxy opened a tunnel to " + target + " after " + strconv.Itoa(tries) + " tries"}
+}
+
+// connectUpstream dials h's upstream and asks it for a tunnel to authority with the
+// upstream's credential. The reader holds whatever the upstream sent past its 200.
+func (g *Gateway) connectUpstream(ctx context.Context, h *hold, authority string) (net.Conn, *bufio.Reader, error) {
+	d := net.Dialer{Timeout: g.DialTimeout, KeepAlive: 30 * time.Second}
+	up, err := d.DialContext(ctx, "tcp", h.upstream.Host)
+	if err != nil {
+		return nil, nil, err
+	}
+	_ = up.SetDeadline(time.Now().Add(g.ResponseHeaderTimeout))
+	var b strings.Builder
+	fmt.Fprintf(&b, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n", authority, authority)
+	if u := h.upstream.User; u != nil {
+		pw, _ := u.Password()
+		b.WriteString("Proxy-Authorization: Basic " + basic(u.Username(), pw) + "\r\n")
+	}
+	b.WriteString("\r\n")
+	if _, err := io.WriteString(up, b.String()); err != nil {
+		up.Close()
+		return nil, nil, err
+	}
+	br := bufio.NewReaderSize(up, 4<<10)
+	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+	if err != nil {
+		up.Close()
+		return nil, nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		up.Close()
+		return nil, nil, fmt.Errorf("%w: %s", ErrUpstreamRefused, resp.Status)
+	}
+	_ = up.SetDeadline(time.Time{})
+	return up, br, nil
+}
+
+// splice answers the client's CONNECT and relays bytes both ways until either side closes or
+// neither sends for IdleTimeout.
+func (g *Gateway) splice(w http.ResponseWriter, up net.Conn, upr *bufio.Reader, h *hold, tries int) {
+	defer up.Close()
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		httpx.WriteError(w, httpx.Errorf(http.StatusInternalServerError, "this connection cannot carry a tunnel"))
+		return
+	}
+	client, cbuf, err := hj.Hijack()
+	if err != nil {
+		return
+	}
+	defer client.Close()
+	_ = client.SetDeadline(time.Time{})
+	// Written on the raw connection: through the ResponseWriter a 200 would carry
+	// Transfer-Encoding: chunked, which strict clients refuse on a CONNECT answer.
+	head := "HTTP/1.1 200 Connection established\r\n" + HeaderProxy + ": " + h.l.Proxy.Key + "\r\n" +
+		HeaderTries + ": " + strconv.Itoa(tries) + "\r\n\r\n"
+	_ = client.SetWriteDeadline(time.Now().Add(g.IdleTimeout))
+	if _, err := io.WriteString(client, head); err != nil {
+		return
+	}
+	g.m.outcome(kindTunnel, "ok")
+	g.m.tunnels.Inc()
+	defer g.m.tunnels.Dec()
+	in, out := pipeIdle(client, cbuf.Reader, up, upr, g.IdleTimeout)
+	g.m.bytes(h, "out", out)
+	g.m.bytes(h, "in", in)
+}

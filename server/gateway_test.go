@@ -1,0 +1,135 @@
+package server
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/proxy-operator/proxy-operator/internal/fleet"
+	"github.com/proxy-operator/proxy-operator/internal/healthtest"
+	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/redistest"
+	"github.com/proxy-operator/proxy-operator/lease/redisstore"
+	"github.com/proxy-operator/proxy-operator/providers"
+	"github.com/proxy-operator/proxy-operator/providers/mock"
+	"github.com/proxy-operator/proxy-operator/server/gateway"
+)
+
+// TestGatewayProcessesOverOneRedis runs two gateway-only processes (NewGateway and Run, as
+// `proxy-operator gateway` does) over one real redis-server that an operator's publisher
+// fills: a session sticks to one upstream whichever replica serves it, and each serves its
+// metrics.
+func TestGatewayProcessesOverOneRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	client, err := redisstore.NewClient(redisstore.ClientConfig{URL: "redis://" + srv.Addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	store, err := redisstore.New(redisstore.Config{Client: client})
+	if err != nil {
+		t.Fatal(err)
+	}
+	view := fleet.New(time.Now, 0)
+	h := &healthtest.Map{}
+	for i, ip := range []string{"127.0.0.61", "127.0.0.62", "127.0.0.63"} {
+		ln, err := net.Listen("tcp", ip+":0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		creds := &providers.Credentials{Username: "u", Password: "upstream-pw-" + strconv.Itoa(i)}
+		stop, err := mock.ServeForwardProxy(addr, creds)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(stop)
+		_, port, _ := net.SplitHostPort(addr)
+		p, _ := strconv.Atoi(port)
+		key := "crawl/up" + strconv.Itoa(i)
+		view.Upsert(fleet.Proxy{Key: key, IP: ip, Port: int32(p), MaxLeases: 10, Phase: "Ready", Credentials: creds,
+			Attributes: map[string]string{"pool": "web"}})
+		h.Set(key, lifecycle.Health{State: lifecycle.HealthHealthy, LatencyMillis: int64(10 + i)})
+	}
+	if err := redisstore.NewPublisher(redisstore.PublisherConfig{Store: store, Fleet: view, Health: h}).Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	site := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "page")
+	})}
+	siteLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = site.Serve(siteLn) }()
+	defer site.Close()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var gws []*Gateway
+	done := make(chan error, 2)
+	for range 2 {
+		g, err := NewGateway(GatewayConfig{Gateway: gateway.Config{Addr: "127.0.0.1:0"}, MetricsAddr: "127.0.0.1:0",
+			Token: "gateway-process-token", Lease: LeaseConfig{Store: "redis://" + srv.Addr}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		gws = append(gws, g)
+		go func() { done <- g.Run(ctx) }()
+	}
+	fetch := func(g *Gateway) (*http.Response, string) {
+		t.Helper()
+		c := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{
+			Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: g.Addr(), User: url.UserPassword("pool-web-session-k", "gateway-process-token")})}}
+		resp, err := c.Get("http://" + siteLn.Addr().String() + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+	// The readers fill from Redis as they start: wait for both to serve.
+	deadline := time.Now().Add(20 * time.Second)
+	for _, g := range gws {
+		for {
+			resp, _ := fetch(g)
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("gateway %s never served: %d", g.Addr(), resp.StatusCode)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	first, _ := fetch(gws[0])
+	stuck := first.Header.Get(gateway.HeaderProxy)
+	for i := range 4 {
+		resp, body := fetch(gws[i%2])
+		if got := resp.Header.Get(gateway.HeaderProxy); resp.StatusCode != http.StatusOK || body != "page" || got != stuck {
+			t.Fatalf("request %d through replica %d: %d %q via %s, want the session's %s", i, i%2, resp.StatusCode, body, got, stuck)
+		}
+	}
+	resp, err := http.Get("http://" + gws[1].MetricsAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(b), `proxy_operator_gateway_requests_total{kind="request",outcome="ok"}`) || strings.Contains(string(b), "upstream-pw") {
+		t.Errorf("replica metrics lack the request counter or hold a password:\n%.2000s", b)
+	}
+	cancel()
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}
+}
