@@ -99,6 +99,22 @@ type NoMatchError struct {
 
 func (e *NoMatchError) Unwrap() error { return &e.APIError }
 
+// ErrorBody is the JSON body of an error answer: the message, and on a 409 to a lease
+// request the counts of why no proxy fits (as in NoMatchError).
+type ErrorBody struct {
+	Error            string `json:"error"`
+	Matching         int    `json:"matching"`
+	Unhealthy        int    `json:"unhealthy"`
+	AtCapacity       int    `json:"atCapacity"`
+	CoolingForTarget int    `json:"coolingForTarget"`
+	LeasedForTarget  int    `json:"leasedForTarget"`
+	Target           string `json:"target,omitempty"`
+	// AvailableAt is when a matching proxy frees up by itself (absent when unknown);
+	// RetryAfterSeconds repeats the 409's Retry-After header.
+	AvailableAt       *time.Time `json:"availableAt,omitempty"`
+	RetryAfterSeconds int64      `json:"retryAfterSeconds,omitempty"`
+}
+
 // Client talks to one discovery API. It is safe for concurrent use.
 type Client struct {
 	base        *url.URL
@@ -162,15 +178,18 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 
 // Proxy is one proxy as the API describes it.
 type Proxy struct {
-	ID            string            `json:"id"`
-	IP            string            `json:"ip"`
-	Port          int               `json:"port"`
-	Attributes    map[string]string `json:"attributes"`
-	Phase         string            `json:"phase"`
-	Healthy       bool              `json:"healthy"`
-	LatencyMillis int64             `json:"latencyMillis"`
-	ActiveLeases  int               `json:"activeLeases"`
-	MaxLeases     int               `json:"maxLeases"`
+	ID         string            `json:"id"`
+	IP         string            `json:"ip"`
+	Port       int               `json:"port"`
+	Attributes map[string]string `json:"attributes"`
+	Phase      string            `json:"phase"`
+	Healthy    bool              `json:"healthy"`
+	// Draining is true while a ProxyPool drains this member: its leases run to their end, it
+	// takes no new one.
+	Draining      bool  `json:"draining,omitempty"`
+	LatencyMillis int64 `json:"latencyMillis"`
+	ActiveLeases  int   `json:"activeLeases"`
+	MaxLeases     int   `json:"maxLeases"`
 }
 
 // Address is ip:port.
@@ -485,16 +504,7 @@ func (c *Client) once(ctx context.Context, method, rawURL, path string, payload 
 	}
 	api := APIError{Method: method, Path: path, StatusCode: res.StatusCode,
 		RetryAfter: ParseRetryAfter(res.Header.Get("Retry-After"), time.Now())}
-	var eb struct {
-		Error            string     `json:"error"`
-		Matching         int        `json:"matching"`
-		Unhealthy        int        `json:"unhealthy"`
-		AtCapacity       int        `json:"atCapacity"`
-		CoolingForTarget int        `json:"coolingForTarget"`
-		LeasedForTarget  int        `json:"leasedForTarget"`
-		Target           string     `json:"target"`
-		AvailableAt      *time.Time `json:"availableAt"`
-	}
+	var eb ErrorBody
 	if json.Unmarshal(b, &eb) == nil && eb.Error != "" {
 		api.Message = eb.Error
 	} else {

@@ -1,4 +1,4 @@
-package client
+package client_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/proxy-operator/proxy-operator/client"
 	"github.com/proxy-operator/proxy-operator/internal/clocktest"
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
 	"github.com/proxy-operator/proxy-operator/internal/healthtest"
@@ -53,19 +54,19 @@ func (a *api) addProxy(name, ip, geo string, state lifecycle.HealthState, latenc
 
 // newClient returns a client whose waits move the API's clock instead of sleeping, and
 // records them.
-func newClient(t *testing.T, a *api, opts ...Option) (*Client, *[]time.Duration) {
+func newClient(t *testing.T, a *api, opts ...client.Option) (*client.Client, *[]time.Duration) {
 	t.Helper()
-	c, err := New(a.url, opts...)
+	c, err := client.New(a.url, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var waits []time.Duration
-	c.now = a.clock.Now
-	c.sleep = func(ctx context.Context, d time.Duration) error {
+	client.SetNow(c, a.clock.Now)
+	client.SetSleep(c, func(ctx context.Context, d time.Duration) error {
 		waits = append(waits, d)
 		a.clock.Advance(d)
 		return ctx.Err()
-	}
+	})
 	return c, &waits
 }
 
@@ -74,11 +75,11 @@ func TestListLeaseRenewReportRelease(t *testing.T) {
 	a.addProxy("eu-1", "127.0.0.11", "eu", lifecycle.HealthHealthy, 5)
 	a.addProxy("eu-2", "127.0.0.12", "eu", lifecycle.HealthUnhealthy, 5)
 	a.addProxy("us-1", "127.0.0.13", "us", lifecycle.HealthHealthy, 5)
-	c, _ := newClient(t, a, WithToken("s3cret"))
+	c, _ := newClient(t, a, client.WithToken("s3cret"))
 	ctx := context.Background()
 
 	yes := true
-	l, err := c.List(ctx, ListOptions{Selector: map[string]string{"geo": "eu"}, Healthy: &yes})
+	l, err := c.List(ctx, client.ListOptions{Selector: map[string]string{"geo": "eu"}, Healthy: &yes})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +91,7 @@ func TestListLeaseRenewReportRelease(t *testing.T) {
 		t.Fatalf("list (-want +got):\n%s complete=%v count=%d", diff, l.Complete, l.Count)
 	}
 
-	got, err := c.Lease(ctx, LeaseRequest{Selector: map[string]string{"geo": "eu"}, TTL: 90 * time.Second, Target: "Shop.Example", SessionKey: "s1"})
+	got, err := c.Lease(ctx, client.LeaseRequest{Selector: map[string]string{"geo": "eu"}, TTL: 90 * time.Second, Target: "Shop.Example", SessionKey: "s1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,14 +114,14 @@ func TestListLeaseRenewReportRelease(t *testing.T) {
 	}
 
 	// The site's Retry-After (rounded up to whole seconds) is the cooldown.
-	cd, err := c.Report(ctx, got.ID, Report{Result: ResultRateLimited, Target: "shop.example", RetryAfter: 1500 * time.Millisecond})
+	cd, err := c.Report(ctx, got.ID, client.Report{Result: client.ResultRateLimited, Target: "shop.example", RetryAfter: 1500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cd.ProxyID != "crawl/eu-1" || cd.Strikes != 1 || cd.Until == nil || !cd.Until.Equal(a.clock.Now().Add(2*time.Second)) {
 		t.Fatalf("report = %+v", cd)
 	}
-	ok, err := c.Report(ctx, got.ID, Report{Result: ResultOK, Target: "shop.example"})
+	ok, err := c.Report(ctx, got.ID, client.Report{Result: client.ResultOK, Target: "shop.example"})
 	if err != nil || ok.Until != nil {
 		t.Fatalf("ok report = %+v, %v", ok, err)
 	}
@@ -132,11 +133,11 @@ func TestListLeaseRenewReportRelease(t *testing.T) {
 		t.Fatalf("second release: %v", err)
 	}
 	_, err = c.Renew(ctx, got.ID, 0)
-	var api *APIError
-	if !errors.Is(err, ErrNotFound) || !errors.As(err, &api) || api.StatusCode != http.StatusNotFound {
+	var api *client.APIError
+	if !errors.Is(err, client.ErrNotFound) || !errors.As(err, &api) || api.StatusCode != http.StatusNotFound {
 		t.Fatalf("renew after release: %v, want ErrNotFound", err)
 	}
-	if _, err := c.Report(ctx, got.ID, Report{Result: ResultBanned, Target: "shop.example"}); !errors.Is(err, ErrNotFound) {
+	if _, err := c.Report(ctx, got.ID, client.Report{Result: client.ResultBanned, Target: "shop.example"}); !errors.Is(err, client.ErrNotFound) {
 		t.Fatalf("report after release: %v, want ErrNotFound", err)
 	}
 }
@@ -148,15 +149,15 @@ func TestNoMatchCountsAfterRetries(t *testing.T) {
 	a.addProxy("eu-3", "127.0.0.13", "eu", lifecycle.HealthHealthy, 50)
 	a.view.Upsert(fleet.Proxy{Key: "crawl/eu-4", UID: "uid-eu-4", IP: "127.0.0.14", Port: 3128, Attributes: map[string]string{"geo": "eu"}, MaxLeases: 4, Phase: "Ready"})
 	a.health.Set("crawl/eu-4", lifecycle.Health{State: lifecycle.HealthHealthy, LatencyMillis: 60})
-	c, waits := newClient(t, a, WithRetry(1, time.Second))
+	c, waits := newClient(t, a, client.WithRetry(1, time.Second))
 	ctx := context.Background()
 	sel := map[string]string{"geo": "eu"}
 	// Fewest leases first, then lowest latency: eu-1, eu-3, eu-4, eu-1. Then eu-1 is full,
 	// eu-3 is reported banned for shop.example and eu-4 is leased for it.
 	var grants []string
-	var l3 *Lease
+	var l3 *client.Lease
 	for range 4 {
-		l, err := c.Lease(ctx, LeaseRequest{Selector: sel})
+		l, err := c.Lease(ctx, client.LeaseRequest{Selector: sel})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -168,24 +169,24 @@ func TestNoMatchCountsAfterRetries(t *testing.T) {
 	if diff := cmp.Diff([]string{"crawl/eu-1", "crawl/eu-3", "crawl/eu-4", "crawl/eu-1"}, grants); diff != "" {
 		t.Fatalf("grants (-want +got):\n%s", diff)
 	}
-	if _, err := c.Report(ctx, l3.ID, Report{Result: ResultBanned, Target: "shop.example"}); err != nil {
+	if _, err := c.Report(ctx, l3.ID, client.Report{Result: client.ResultBanned, Target: "shop.example"}); err != nil {
 		t.Fatal(err)
 	}
-	if l, err := c.Lease(ctx, LeaseRequest{Selector: sel, Target: "shop.example"}); err != nil || l.Proxy.ID != "crawl/eu-4" {
+	if l, err := c.Lease(ctx, client.LeaseRequest{Selector: sel, Target: "shop.example"}); err != nil || l.Proxy.ID != "crawl/eu-4" {
 		t.Fatalf("lease for shop.example: %+v, %v; want crawl/eu-4", l, err)
 	}
 
 	// eu-1 is full, so a release could free it any moment: the server says 2 s. Within 5 s
 	// the client asks three times (0, 2, 4 s) and gives up rather than ask past its wait.
-	retrying, rwaits := newClient(t, a, WithLeaseWait(5*time.Second))
-	_, err := retrying.Lease(ctx, LeaseRequest{Selector: sel, Target: "shop.example"})
-	var nm *NoMatchError
-	if !errors.As(err, &nm) || !errors.Is(err, ErrNoMatch) {
+	retrying, rwaits := newClient(t, a, client.WithLeaseWait(5*time.Second))
+	_, err := retrying.Lease(ctx, client.LeaseRequest{Selector: sel, Target: "shop.example"})
+	var nm *client.NoMatchError
+	if !errors.As(err, &nm) || !errors.Is(err, client.ErrNoMatch) {
 		t.Fatalf("lease: %v, want *NoMatchError", err)
 	}
 	// eu-3's ban cooldown (an hour) and the leases (300 s) are later than the first lease's
 	// expiry, which was granted 4 s before the first 409.
-	want := NoMatchError{Matching: 4, Unhealthy: 1, AtCapacity: 1, CoolingForTarget: 1, LeasedForTarget: 1, Target: "shop.example",
+	want := client.NoMatchError{Matching: 4, Unhealthy: 1, AtCapacity: 1, CoolingForTarget: 1, LeasedForTarget: 1, Target: "shop.example",
 		AvailableAt: a.clock.Now().Add(-4*time.Second + 300*time.Second)}
 	if diff := cmp.Diff(want, *nm, cmp.FilterPath(func(p cmp.Path) bool { return p.String() == "APIError" }, cmp.Ignore())); diff != "" {
 		t.Fatalf("no-match counts (-want +got):\n%s", diff)
@@ -200,7 +201,7 @@ func TestNoMatchCountsAfterRetries(t *testing.T) {
 		t.Fatalf("no-match Retry-After %v, want 2s", nm.RetryAfter)
 	}
 	// A different target is not cooling: eu-3 is leased.
-	if l, err := retrying.Lease(ctx, LeaseRequest{Selector: sel, Target: "else.example"}); err != nil || l.Proxy.ID != "crawl/eu-3" {
+	if l, err := retrying.Lease(ctx, client.LeaseRequest{Selector: sel, Target: "else.example"}); err != nil || l.Proxy.ID != "crawl/eu-3" {
 		t.Fatalf("lease for another target: %+v, %v", l, err)
 	}
 }
@@ -213,11 +214,11 @@ func TestLeaseWaitsForTheCooldown(t *testing.T) {
 	a.addProxy("eu-1", "127.0.0.11", "eu", lifecycle.HealthHealthy, 5)
 	ctx := context.Background()
 	setup, _ := newClient(t, a)
-	l, err := setup.Lease(ctx, LeaseRequest{Target: "shop.example"})
+	l, err := setup.Lease(ctx, client.LeaseRequest{Target: "shop.example"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := setup.Report(ctx, l.ID, Report{Result: ResultRateLimited, Target: "shop.example"}); err != nil {
+	if _, err := setup.Report(ctx, l.ID, client.Report{Result: client.ResultRateLimited, Target: "shop.example"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := setup.Release(ctx, l.ID); err != nil {
@@ -225,15 +226,15 @@ func TestLeaseWaitsForTheCooldown(t *testing.T) {
 	}
 	free := a.clock.Now().Add(time.Minute)
 
-	impatient, iwaits := newClient(t, a, WithLeaseWait(30*time.Second))
-	_, err = impatient.Lease(ctx, LeaseRequest{Target: "shop.example"})
-	var nm *NoMatchError
+	impatient, iwaits := newClient(t, a, client.WithLeaseWait(30*time.Second))
+	_, err = impatient.Lease(ctx, client.LeaseRequest{Target: "shop.example"})
+	var nm *client.NoMatchError
 	if !errors.As(err, &nm) || !nm.AvailableAt.Equal(free) || nm.RetryAfter != time.Minute || len(*iwaits) != 0 {
 		t.Fatalf("lease with a 30 s wait: %v (available %v, Retry-After %v), waits %v; want the 409 at once, free at %v", err, nm.AvailableAt, nm.RetryAfter, *iwaits, free)
 	}
 
 	patient, waits := newClient(t, a)
-	got, err := patient.Lease(ctx, LeaseRequest{Target: "shop.example"})
+	got, err := patient.Lease(ctx, client.LeaseRequest{Target: "shop.example"})
 	if err != nil {
 		t.Fatalf("lease with the default wait: %v", err)
 	}
@@ -241,9 +242,9 @@ func TestLeaseWaitsForTheCooldown(t *testing.T) {
 		t.Fatalf("waits (-want +got):\n%s lease %+v", diff, got)
 	}
 
-	never, nwaits := newClient(t, a, WithLeaseWait(0))
-	if _, err := never.Lease(ctx, LeaseRequest{Target: "shop.example"}); !errors.Is(err, ErrNoMatch) || len(*nwaits) != 0 {
-		t.Fatalf("lease without waiting: %v, waits %v; want ErrNoMatch at once", err, *nwaits)
+	never, nwaits := newClient(t, a, client.WithLeaseWait(0))
+	if _, err := never.Lease(ctx, client.LeaseRequest{Target: "shop.example"}); !errors.Is(err, client.ErrNoMatch) || len(*nwaits) != 0 {
+		t.Fatalf("lease without waiting: %v, waits %v; want client.ErrNoMatch at once", err, *nwaits)
 	}
 }
 
@@ -252,18 +253,18 @@ func TestRetryAfterOn503(t *testing.T) {
 	a.addProxy("eu-1", "127.0.0.11", "eu", lifecycle.HealthHealthy, 5)
 	ctx := context.Background()
 
-	short, swaits := newClient(t, a, WithRetry(4, 2*time.Second))
-	_, err := short.Lease(ctx, LeaseRequest{})
-	var api *APIError
-	if !errors.Is(err, ErrUnavailable) || !errors.As(err, &api) || api.RetryAfter != 5*time.Second {
+	short, swaits := newClient(t, a, client.WithRetry(4, 2*time.Second))
+	_, err := short.Lease(ctx, client.LeaseRequest{})
+	var api *client.APIError
+	if !errors.Is(err, client.ErrUnavailable) || !errors.As(err, &api) || api.RetryAfter != 5*time.Second {
 		t.Fatalf("lease with max wait 2s: %v, want 503 with Retry-After 5s returned unwaited", err)
 	}
 	if len(*swaits) != 0 {
 		t.Fatalf("waited %v for a Retry-After beyond the bound", *swaits)
 	}
 
-	c, waits := newClient(t, a, WithRetry(4, 10*time.Second))
-	l, err := c.Lease(ctx, LeaseRequest{})
+	c, waits := newClient(t, a, client.WithRetry(4, 10*time.Second))
+	l, err := c.Lease(ctx, client.LeaseRequest{})
 	if err != nil {
 		t.Fatalf("lease: %v", err)
 	}
@@ -275,10 +276,10 @@ func TestRetryAfterOn503(t *testing.T) {
 func TestUnauthorized(t *testing.T) {
 	a := startAPI(t, "right", 0)
 	for _, tok := range []string{"", "wrong"} {
-		c, _ := newClient(t, a, WithToken(tok))
-		_, err := c.List(context.Background(), ListOptions{})
-		var api *APIError
-		if !errors.Is(err, ErrUnauthorized) || !errors.As(err, &api) || api.StatusCode != http.StatusUnauthorized {
+		c, _ := newClient(t, a, client.WithToken(tok))
+		_, err := c.List(context.Background(), client.ListOptions{})
+		var api *client.APIError
+		if !errors.Is(err, client.ErrUnauthorized) || !errors.As(err, &api) || api.StatusCode != http.StatusUnauthorized {
 			t.Errorf("token %q: %v, want 401", tok, err)
 		}
 	}
@@ -287,15 +288,15 @@ func TestUnauthorized(t *testing.T) {
 func TestInvalidRequest(t *testing.T) {
 	a := startAPI(t, "", 0)
 	c, _ := newClient(t, a)
-	_, err := c.Lease(context.Background(), LeaseRequest{Target: "http://shop.example/x"})
-	if !errors.Is(err, ErrInvalid) {
+	_, err := c.Lease(context.Background(), client.LeaseRequest{Target: "http://shop.example/x"})
+	if !errors.Is(err, client.ErrInvalid) {
 		t.Fatalf("lease with a URL as target: %v, want ErrInvalid", err)
 	}
 }
 
 func TestNewRejectsBadBaseURL(t *testing.T) {
 	for _, u := range []string{"", "localhost:8090", "ftp://x", "http://"} {
-		if _, err := New(u); err == nil {
+		if _, err := client.New(u); err == nil {
 			t.Errorf("New(%q) accepted", u)
 		}
 	}
@@ -304,13 +305,13 @@ func TestNewRejectsBadBaseURL(t *testing.T) {
 func TestLeaseURLAndTransport(t *testing.T) {
 	tests := []struct {
 		name string
-		l    Lease
+		l    client.Lease
 		want string
 	}{
-		{"plain", Lease{Proxy: Proxy{IP: "127.1.2.3", Port: 3128}}, "http://127.1.2.3:3128"},
-		{"parts", Lease{Proxy: Proxy{IP: "127.1.2.3", Port: 3128}, Username: "u", Password: "p@ss"}, "http://u:p%40ss@127.1.2.3:3128"},
-		{"proxyURL wins", Lease{Proxy: Proxy{IP: "127.1.2.3", Port: 3128}, ProxyURL: "http://a:b@127.9.9.9:8080", Username: "u"}, "http://a:b@127.9.9.9:8080"},
-		{"ipv6", Lease{Proxy: Proxy{IP: "::1", Port: 3128}}, "http://[::1]:3128"},
+		{"plain", client.Lease{Proxy: client.Proxy{IP: "127.1.2.3", Port: 3128}}, "http://127.1.2.3:3128"},
+		{"parts", client.Lease{Proxy: client.Proxy{IP: "127.1.2.3", Port: 3128}, Username: "u", Password: "p@ss"}, "http://u:p%40ss@127.1.2.3:3128"},
+		{"proxyURL wins", client.Lease{Proxy: client.Proxy{IP: "127.1.2.3", Port: 3128}, ProxyURL: "http://a:b@127.9.9.9:8080", Username: "u"}, "http://a:b@127.9.9.9:8080"},
+		{"ipv6", client.Lease{Proxy: client.Proxy{IP: "::1", Port: 3128}}, "http://[::1]:3128"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -325,10 +326,10 @@ func TestLeaseURLAndTransport(t *testing.T) {
 			}
 		})
 	}
-	if _, err := (Lease{ID: "x", ProxyURL: "http://u:secret@[::1"}).URL(); err == nil || strings.Contains(err.Error(), "secret") {
+	if _, err := (client.Lease{ID: "x", ProxyURL: "http://u:secret@[::1"}).URL(); err == nil || strings.Contains(err.Error(), "secret") {
 		t.Fatalf("bad proxyURL: %v (must fail without echoing credentials)", err)
 	}
-	if _, err := (Lease{ID: "x"}).URL(); err == nil {
+	if _, err := (client.Lease{ID: "x"}).URL(); err == nil {
 		t.Fatal("lease without an address gave a URL")
 	}
 }
@@ -343,7 +344,7 @@ func TestTransportThroughProxy(t *testing.T) {
 	}))
 	defer proxy.Close()
 	pu, _ := url.Parse(proxy.URL)
-	l := Lease{ID: "x", ProxyURL: "http://crawler:pw@" + pu.Host}
+	l := client.Lease{ID: "x", ProxyURL: "http://crawler:pw@" + pu.Host}
 	tr, err := l.Transport()
 	if err != nil {
 		t.Fatal(err)
@@ -362,12 +363,12 @@ func TestTransportThroughProxy(t *testing.T) {
 func TestKeepAliveRenewsUntilReleased(t *testing.T) {
 	a := startAPI(t, "", 0)
 	a.addProxy("eu-1", "127.0.0.11", "eu", lifecycle.HealthHealthy, 5)
-	c, err := New(a.url)
+	c, err := client.New(a.url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	l, err := c.Lease(ctx, LeaseRequest{TTL: time.Second})
+	l, err := c.Lease(ctx, client.LeaseRequest{TTL: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -385,7 +386,7 @@ func TestKeepAliveRenewsUntilReleased(t *testing.T) {
 	if err := k.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Renew(ctx, l.ID, 0); !errors.Is(err, ErrNotFound) {
+	if _, err := c.Renew(ctx, l.ID, 0); !errors.Is(err, client.ErrNotFound) {
 		t.Fatalf("renew after KeepAlive.Release: %v, want ErrNotFound", err)
 	}
 	if k.Err() != nil {
@@ -399,12 +400,12 @@ func TestKeepAliveRenewsUntilReleased(t *testing.T) {
 func TestKeepAliveStopsWhenLeaseLost(t *testing.T) {
 	a := startAPI(t, "", 0)
 	a.addProxy("eu-1", "127.0.0.11", "eu", lifecycle.HealthHealthy, 5)
-	c, err := New(a.url)
+	c, err := client.New(a.url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	l, err := c.Lease(ctx, LeaseRequest{TTL: time.Second})
+	l, err := c.Lease(ctx, client.LeaseRequest{TTL: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -412,7 +413,7 @@ func TestKeepAliveStopsWhenLeaseLost(t *testing.T) {
 	defer k.Release(ctx)
 	a.view.Remove("crawl/eu-1") // the proxy leaves the fleet: its leases are dropped
 	<-k.Done()
-	if !errors.Is(k.Err(), ErrNotFound) {
+	if !errors.Is(k.Err(), client.ErrNotFound) {
 		t.Fatalf("Err = %v, want ErrNotFound", k.Err())
 	}
 }
@@ -426,7 +427,7 @@ func TestParseRetryAfter(t *testing.T) {
 		"Tue, 01 Dec 2026 11:00:00 GMT": 0,
 	}
 	for in, want := range tests {
-		if got := ParseRetryAfter(in, now); got != want {
+		if got := client.ParseRetryAfter(in, now); got != want {
 			t.Errorf("ParseRetryAfter(%q) = %v, want %v", in, got, want)
 		}
 	}
@@ -475,22 +476,22 @@ func TestTransportErrorsRetriedOnlyWhenIdempotent(t *testing.T) {
 	arm := func(path string) { mu.Lock(); cut[path] = true; mu.Unlock() }
 
 	arm("/v1/proxies")
-	if l, err := c.List(ctx, ListOptions{}); err != nil || l.Count != 1 || len(*waits) != 1 {
+	if l, err := c.List(ctx, client.ListOptions{}); err != nil || l.Count != 1 || len(*waits) != 1 {
 		t.Fatalf("list after a cut connection: %+v, %v, waits %v; want it retried once", l, err, *waits)
 	}
 	arm("/v1/leases")
-	if _, err := c.Lease(ctx, LeaseRequest{}); err == nil || len(*waits) != 1 {
+	if _, err := c.Lease(ctx, client.LeaseRequest{}); err == nil || len(*waits) != 1 {
 		t.Fatalf("lease after a cut connection: %v, waits %v; want the error, not a retry", err, *waits)
 	}
-	l, err := c.Lease(ctx, LeaseRequest{})
+	l, err := c.Lease(ctx, client.LeaseRequest{})
 	if err != nil || l.Proxy.ActiveLeases != 2 {
 		t.Fatalf("next lease: %+v, %v; want the proxy's second lease (the cut one was granted)", l, err)
 	}
 	arm("/v1/leases/" + l.ID + "/report")
-	if _, err := c.Report(ctx, l.ID, Report{Result: ResultBanned, Target: "x.example"}); err == nil || len(*waits) != 1 {
+	if _, err := c.Report(ctx, l.ID, client.Report{Result: client.ResultBanned, Target: "x.example"}); err == nil || len(*waits) != 1 {
 		t.Fatalf("report after a cut connection: %v, waits %v; want the error, not a retry", err, *waits)
 	}
-	if cd, err := c.Report(ctx, l.ID, Report{Result: ResultBanned, Target: "x.example"}); err != nil || cd.Strikes != 2 {
+	if cd, err := c.Report(ctx, l.ID, client.Report{Result: client.ResultBanned, Target: "x.example"}); err != nil || cd.Strikes != 2 {
 		t.Fatalf("second report: %+v, %v; want strike 2 (the cut one counted once)", cd, err)
 	}
 }

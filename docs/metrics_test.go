@@ -98,16 +98,19 @@ func documentedMetrics(t *testing.T) map[string]metricDoc {
 }
 
 // TestMetricsDocumented builds the real process, with every part that registers metrics
-// switched on (the in-memory lease store, orphan GC, the pool hooks), and compares what it
+// switched on (the in-memory lease store, orphan GC, the pool hooks, the gateway), and compares what it
 // registered with docs/metrics.md: names and label names; and, for the metrics that already
 // have a series, the type /metrics serves.
 func TestMetricsDocumented(t *testing.T) {
 	t.Setenv("KUBECONFIG", "") // no Kubernetes client: nothing here needs one
 	reg := &recordingRegisterer{Registry: prometheus.NewRegistry()}
+	gateway := server.Defaults().Gateway
+	gateway.Addr = "127.0.0.1:0" // the gateway beside discovery: its metrics join the process's
 	op, err := server.New(server.Config{
 		Hooks:      server.HooksConfig{Addr: "127.0.0.1:0"},
 		Discovery:  server.DiscoveryAPIConfig{Addr: "127.0.0.1:0", Insecure: true},
 		GC:         server.GCConfig{Interval: server.Defaults().GC.Interval},
+		Gateway:    gateway,
 		Registerer: reg,
 		Gatherer:   reg.Registry,
 	})

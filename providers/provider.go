@@ -3,8 +3,9 @@
 // names, the GC tags, the Set of configured providers with its metrics wrapper and Close
 // (set.go), and the binding of providers whose instances are Metacontroller children to one
 // hook call's children (children.go). The config file and the one table of provider types are
-// in providers/factory; the implementations in mock, gcp and kubernetes. It knows nothing of
-// HTTP, and of Metacontroller only the children of a hook call.
+// in providers/factory; the implementations in mock, gcp, kubernetes, aws and hetzner, and the
+// suite they all pass in providertest. It knows nothing of HTTP, and of Metacontroller only
+// the children of a hook call.
 package providers
 
 import (

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -14,7 +15,10 @@ import (
 // Cluster the cases spread over the slots of every primary).
 func conformance(t *testing.T, client redis.UniversalClient, waitReplicas int) {
 	leasetest.Run(t, func(t *testing.T, env leasetest.Env) leasetest.Harness {
-		s, err := New(Config{Client: client, Prefix: freshPrefix(), Now: env.Now, MaxSessions: env.MaxSessions, WaitReplicas: waitReplicas})
+		// Generous timeouts: on a loaded 2-core machine a replica's acknowledgement can take
+		// longer than the production default; the suite checks semantics, not latency.
+		s, err := New(Config{Client: client, Prefix: freshPrefix(), Now: env.Now, MaxSessions: env.MaxSessions, WaitReplicas: waitReplicas,
+			Timeout: 10 * time.Second, WaitTimeout: 5 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}

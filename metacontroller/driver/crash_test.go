@@ -44,7 +44,7 @@ const defaultCrashSchedules = 1000
 // operator is the process under test. One listener serves whichever incarnation is alive,
 // so a restart costs no socket; the driver is sequential, so no call straddles a restart.
 type operator struct {
-	cloud  *mock.Provider
+	cloud  *simCloud
 	health hooks.HealthSource
 	clock  *driver.Clock
 
@@ -58,7 +58,7 @@ type operator struct {
 func (o *operator) restart() {
 	view := fleet.New(o.clock.Now, 2*time.Minute)
 	h := &hooks.Hooks{
-		Providers: providers.NewSet(providers.Entry{Name: "mock", Type: "mock", Provider: o.cloud}),
+		Providers: providers.NewSet(providers.Entry{Name: o.cloud.name, Type: o.cloud.name, Provider: o.cloud.provider}),
 		Fleet:     view,
 		Health:    o.health,
 		Now:       o.clock.Now,
@@ -121,7 +121,7 @@ type sim struct {
 	seed  uint64
 	rng   *rand.Rand
 	clock *driver.Clock
-	cloud *mock.Provider
+	cloud *simCloud
 	op    *operator
 	d     *driver.Driver
 
@@ -137,9 +137,9 @@ type sim struct {
 	stats    crashStats
 }
 
-func newSim(seed uint64) (*sim, func(), error) {
+func newSim(seed uint64, newCloud func(*driver.Clock) (*simCloud, error)) (*sim, func(), error) {
 	clock := driver.NewClock(start)
-	cloud, err := mock.New(mock.Config{}, mock.WithClock(clock.Now))
+	cloud, err := newCloud(clock)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -154,10 +154,8 @@ func newSim(seed uint64) (*sim, func(), error) {
 	s.d = &driver.Driver{URL: srv.URL, Clock: clock, ResyncPeriod: 120 * time.Second, Refinalize: true, BeforeApply: s.beforeApply}
 	// An instance whose owner is long gone, as a crash in an older operator version might have
 	// left: GC must find it, so the leak check can be seen to work.
-	s.orphan = mock.ID("orphan-" + strconv.FormatUint(seed, 10))
-	cloud.Seed(providers.Instance{ID: s.orphan, Name: "orphan-" + strconv.FormatUint(seed, 10), State: providers.StateRunning,
-		OwnerUID: "dead-owner", SpecHash: "x", CreatedAt: start.Add(-time.Hour)})
-	return s, srv.Close, nil
+	s.orphan = cloud.plant("orphan-"+strconv.FormatUint(seed, 10), "dead-owner", start.Add(-time.Hour))
+	return s, func() { srv.Close(); cloud.close() }, nil
 }
 
 func (s *sim) logf(format string, args ...any) {
@@ -213,7 +211,7 @@ func (s *sim) beforeApply(key string, resp *metacontroller.SyncResponse) bool {
 // noDuplicates fails if any Proxy owns more than one instance.
 func (s *sim) noDuplicates() error {
 	byOwner := map[string][]string{}
-	for _, in := range s.cloud.Instances() {
+	for _, in := range s.cloud.instances() {
 		byOwner[in.OwnerUID] = append(byOwner[in.OwnerUID], in.ID)
 	}
 	for uid, ids := range byOwner {
@@ -295,7 +293,9 @@ func (s *sim) newProxy() *v1.Proxy {
 	if !hasExternal && s.rng.IntN(6) == 0 {
 		p = external(name)
 	} else {
-		p = managed(name, zones[s.rng.IntN(len(zones))])
+		p = managed(name, s.cloud.zones[s.rng.IntN(len(s.cloud.zones))])
+		p.Spec.Provider = s.cloud.name
+		p.Spec.Placement = s.cloud.placement(p.Spec.Placement.Zone)
 	}
 	s.names = append(s.names, name)
 	return p
@@ -307,7 +307,7 @@ func (s *sim) change(p *v1.Proxy) string {
 	case 0:
 		z := p.Spec.Placement.Zone
 		for z == p.Spec.Placement.Zone {
-			z = zones[s.rng.IntN(len(zones))]
+			z = s.cloud.zones[s.rng.IntN(len(s.cloud.zones))]
 		}
 		p.Spec.Placement.Zone = z
 		return "zone=" + z
@@ -353,10 +353,10 @@ func (s *sim) act() error {
 		f := mock.Fault{Op: faultOps[s.rng.IntN(len(faultOps))], Kind: faultKinds[s.rng.IntN(len(faultKinds))], Count: 1 + s.rng.IntN(2)}
 		s.stats.faults[f.Op+"/"+f.Kind]++
 		s.logf("fault %s/%s x%d", f.Op, f.Kind, f.Count)
-		return s.cloud.Inject(f)
+		return s.cloud.inject(f)
 	case r < 90:
 		// The cloud stops a machine behind the operator's back: it must be replaced.
-		insts := s.cloud.Instances()
+		insts := s.cloud.instances()
 		if len(insts) == 0 {
 			return nil
 		}
@@ -364,8 +364,7 @@ func (s *sim) act() error {
 		if in.ID == s.orphan {
 			return nil
 		}
-		in.State = providers.StateTerminated
-		s.cloud.Seed(in)
+		s.cloud.terminate(in)
 		s.stats.terminated++
 		s.logf("cloud terminates %s of %s", in.ID, in.OwnerUID)
 		return nil
@@ -396,22 +395,25 @@ func (s *sim) deleteProxy(name string) error {
 	return s.d.Delete(p.Key())
 }
 
-// drainFaults consumes every armed fault, as an outage that ends.
-func (s *sim) drainFaults() {
+// drainFaults ends the outage: every armed fault is gone.
+func (s *sim) drainFaults() { s.cloud.drain() }
+
+// drainMock consumes every fault armed in m.
+func drainMock(m *mock.Provider) {
 	ctx := context.Background()
 	for range 1000 {
 		armed := false
-		if _, err := s.cloud.ListByTag(ctx); err != nil {
+		if _, err := m.ListByTag(ctx); err != nil {
 			armed = true
 		}
-		if _, err := s.cloud.Get(ctx, "mock://drain"); err != nil && !errors.Is(err, providers.ErrNotFound) {
+		if _, err := m.Get(ctx, "mock://drain"); err != nil && !errors.Is(err, providers.ErrNotFound) {
 			armed = true
 		}
-		if err := s.cloud.Delete(ctx, "mock://drain"); err != nil {
+		if err := m.Delete(ctx, "mock://drain"); err != nil {
 			armed = true
 		}
 		// An empty request fails validation after the fault check: it creates nothing.
-		if _, err := s.cloud.Create(ctx, providers.CreateRequest{}); err != nil && strings.Contains(err.Error(), "injected fault") {
+		if _, err := m.Create(ctx, providers.CreateRequest{}); err != nil && strings.Contains(err.Error(), "injected fault") {
 			armed = true
 		}
 		if !armed {
@@ -422,7 +424,7 @@ func (s *sim) drainFaults() {
 
 func (s *sim) ownerInstances(uid string) []providers.Instance {
 	var out []providers.Instance
-	for _, in := range s.cloud.Instances() {
+	for _, in := range s.cloud.instances() {
 		if in.OwnerUID == uid {
 			out = append(out, in)
 		}
@@ -547,7 +549,7 @@ func (s *sim) run() error {
 	}
 	// The operator itself leaked nothing: every instance but the planted orphan has a live owner.
 	live, _ := driverLive{s.d}.LiveUIDs(context.Background())
-	for _, in := range s.cloud.Instances() {
+	for _, in := range s.cloud.instances() {
 		if in.ID != s.orphan && !live[in.OwnerUID] {
 			return fmt.Errorf("leaked instance %s of owner %s (deleted: %v)", in.ID, in.OwnerUID, s.deleted[in.OwnerUID])
 		}
@@ -562,7 +564,7 @@ func (s *sim) run() error {
 		s.op.mu.Unlock()
 	}
 	col, err := gc.New(gc.Config{
-		Providers: providers.NewSet(providers.Entry{Name: "mock", Type: "mock", Provider: s.cloud}),
+		Providers: providers.NewSet(providers.Entry{Name: s.cloud.name, Type: s.cloud.name, Provider: s.cloud.provider}),
 		Sources:   []gc.LiveSource{src},
 		Now:       func() time.Time { return s.clock.Now().Add(gc.DefaultMinAge + time.Minute) },
 	})
@@ -585,7 +587,7 @@ func (s *sim) checkEnd(live map[string]bool) error {
 	if err := s.noDuplicates(); err != nil {
 		return err
 	}
-	for _, in := range s.cloud.Instances() {
+	for _, in := range s.cloud.instances() {
 		if !live[in.OwnerUID] {
 			return fmt.Errorf("after gc: instance %s of owner %s has no live owner", in.ID, in.OwnerUID)
 		}
@@ -619,7 +621,11 @@ func (s *sim) checkEnd(live map[string]bool) error {
 }
 
 func runSchedule(seed uint64) (crashStats, []string, error) {
-	s, stop, err := newSim(seed)
+	return runScheduleOn(seed, newMockCloud)
+}
+
+func runScheduleOn(seed uint64, newCloud func(*driver.Clock) (*simCloud, error)) (crashStats, []string, error) {
+	s, stop, err := newSim(seed, newCloud)
 	if err != nil {
 		return crashStats{}, nil, err
 	}

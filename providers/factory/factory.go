@@ -15,7 +15,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/proxy-operator/proxy-operator/providers"
+	"github.com/proxy-operator/proxy-operator/providers/aws"
 	"github.com/proxy-operator/proxy-operator/providers/gcp"
+	"github.com/proxy-operator/proxy-operator/providers/hetzner"
 	"github.com/proxy-operator/proxy-operator/providers/kubernetes"
 	"github.com/proxy-operator/proxy-operator/providers/mock"
 )
@@ -34,6 +36,11 @@ type Entry struct {
 	Kubernetes *kubernetes.Config `json:"kubernetes,omitempty"`
 	// GCP configures Compute Engine VMs; required for type gcp (project has no default).
 	GCP *gcp.Config `json:"gcp,omitempty"`
+	// AWS configures EC2 instances; required for type aws (region has no default).
+	AWS *aws.Config `json:"aws,omitempty"`
+	// Hetzner configures Hetzner Cloud servers; required for type hetzner (tokenFile has no
+	// default).
+	Hetzner *hetzner.Config `json:"hetzner,omitempty"`
 }
 
 // Deps are what providers may need from the process.
@@ -93,6 +100,29 @@ var types = []providerType{
 		// Background, not a start-up deadline: the auth library may keep this context for
 		// token refreshes for the life of the process.
 		build: func(e Entry) (providers.Provider, error) { return gcp.New(context.Background(), *e.GCP) },
+	},
+	{
+		name: "aws",
+		set:  func(e Entry) bool { return e.AWS != nil },
+		validate: func(e Entry) error {
+			if e.AWS == nil {
+				return fmt.Errorf("type aws needs an aws block with at least region")
+			}
+			return e.AWS.Validate()
+		},
+		// Background: the credential chain may keep it for refreshes (web identity, SSO).
+		build: func(e Entry) (providers.Provider, error) { return aws.New(context.Background(), *e.AWS) },
+	},
+	{
+		name: "hetzner",
+		set:  func(e Entry) bool { return e.Hetzner != nil },
+		validate: func(e Entry) error {
+			if e.Hetzner == nil {
+				return fmt.Errorf("type hetzner needs a hetzner block with at least tokenFile")
+			}
+			return e.Hetzner.Validate()
+		},
+		build: func(e Entry) (providers.Provider, error) { return hetzner.New(*e.Hetzner) },
 	},
 }
 

@@ -1,20 +1,15 @@
 package gcp
 
 import (
-	"context"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/proxy-operator/proxy-operator/internal/squidtest"
 
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/proxy-operator/proxy-operator/providers"
+	"github.com/proxy-operator/proxy-operator/providers/userdata"
 )
 
 // TestCreateSendsCredentialInStartupScript: through the real client library against the
@@ -50,7 +45,7 @@ func TestCreateSendsCredentialInStartupScript(t *testing.T) {
 	if strings.Contains(script, req.Credentials.Password) {
 		t.Fatal("the password is in instance metadata")
 	}
-	m := regexp.MustCompile(`printf '%s\\n' '(proxy-abc:[^']+)' > ` + regexp.QuoteMeta(vmHtpasswd)).FindStringSubmatch(script)
+	m := regexp.MustCompile(`printf '%s\\n' '(proxy-abc:[^']+)' > ` + regexp.QuoteMeta(userdata.HtpasswdPath)).FindStringSubmatch(script)
 	if m == nil {
 		t.Fatalf("no htpasswd line in the startup script:\n%s", script)
 	}
@@ -58,31 +53,11 @@ func TestCreateSendsCredentialInStartupScript(t *testing.T) {
 	if err := bcrypt.CompareHashAndPassword([]byte(hash), []byte(req.Credentials.Password)); err != nil {
 		t.Errorf("htpasswd line does not verify the password: %v", err)
 	}
-	if !strings.Contains(script, AuthConfig(vmHtpasswd)) {
+	if !strings.Contains(script, userdata.AuthConfig(userdata.HtpasswdPath)) {
 		t.Errorf("startup script lacks the auth fragment:\n%s", script)
 	}
 	// The script is valid POSIX shell.
 	if out, err := exec.Command("/bin/sh", "-n", "-c", script).CombinedOutput(); err != nil {
 		t.Errorf("sh -n: %v: %s", err, out)
-	}
-}
-
-// TestAuthConfigParses: the fragment the VM installs is accepted by the real Squid.
-func TestAuthConfigParses(t *testing.T) {
-	squid := squidtest.Binary(t)
-	dir := t.TempDir()
-	htpasswd := filepath.Join(dir, "htpasswd")
-	if err := os.WriteFile(htpasswd, []byte("u:$2a$10$abcdefghijklmnopqrstuv\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	conf := filepath.Join(dir, "squid.conf")
-	body := "http_port 127.0.0.1:3128\n" + AuthConfig(htpasswd) + "http_access allow all\npid_filename none\n"
-	if err := os.WriteFile(conf, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if out, err := exec.CommandContext(ctx, squid, "-k", "parse", "-f", conf).CombinedOutput(); err != nil {
-		t.Errorf("squid -k parse: %v: %s", err, out)
 	}
 }

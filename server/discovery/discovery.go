@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/proxy-operator/proxy-operator/client"
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
 	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
 	"github.com/proxy-operator/proxy-operator/lease"
@@ -231,7 +232,7 @@ func (d *Discovery) serve(h httpx.HandlerFunc) http.HandlerFunc {
 			d.requests.WithLabelValues("no_match").Inc()
 			d.denied.WithLabelValues(refusalReason(nm)).Inc()
 			wait := noMatchWait(nm, d.Now())
-			body := noMatchJSON{
+			body := client.ErrorBody{
 				Error: nm.Reason(), Matching: nm.Matching, Unhealthy: nm.Unhealthy,
 				AtCapacity: nm.AtCapacity, CoolingForTarget: nm.Cooling, LeasedForTarget: nm.LeasedForTarget, Target: nm.Target,
 				RetryAfterSeconds: int64(wait / time.Second),

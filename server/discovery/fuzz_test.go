@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/proxy-operator/proxy-operator/client"
 	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
 )
 
@@ -37,9 +38,7 @@ func FuzzDiscovery(f *testing.F) {
 	f.Fuzz(func(t *testing.T, method, path, body string) {
 		held := fx.do(t, "POST", "/v1/leases", discToken, `{"ttlSeconds": 3600}`)
 		if held.code == http.StatusOK {
-			id := decodeAs[struct {
-				LeaseID string `json:"leaseID"`
-			}](t, held).LeaseID
+			id := decodeAs[client.Lease](t, held).ID
 			path = strings.ReplaceAll(path, "LEASE", id)
 			defer fx.do(t, "DELETE", "/v1/leases/"+id, discToken, "")
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/proxy-operator/proxy-operator/client"
 	"github.com/proxy-operator/proxy-operator/internal/clocktest"
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
 	"github.com/proxy-operator/proxy-operator/internal/healthtest"
@@ -118,40 +119,6 @@ func decodeAs[T any](t testing.TB, r resp) T {
 	return v
 }
 
-type discProxy struct {
-	ID            string            `json:"id"`
-	IP            string            `json:"ip"`
-	Port          int32             `json:"port"`
-	Attributes    map[string]string `json:"attributes"`
-	Phase         string            `json:"phase"`
-	Healthy       bool              `json:"healthy"`
-	LatencyMillis int64             `json:"latencyMillis"`
-	ActiveLeases  int               `json:"activeLeases"`
-	MaxLeases     int32             `json:"maxLeases"`
-}
-
-type discList struct {
-	Complete   bool        `json:"complete"`
-	CompleteAt *time.Time  `json:"completeAt"`
-	Count      int         `json:"count"`
-	Proxies    []discProxy `json:"proxies"`
-}
-
-type discLease struct {
-	LeaseID   string    `json:"leaseID"`
-	Proxy     discProxy `json:"proxy"`
-	ExpiresAt time.Time `json:"expiresAt"`
-}
-
-type discError struct {
-	Error            string `json:"error"`
-	Matching         int    `json:"matching"`
-	Unhealthy        int    `json:"unhealthy"`
-	AtCapacity       int    `json:"atCapacity"`
-	CoolingForTarget int    `json:"coolingForTarget"`
-	LeasedForTarget  int    `json:"leasedForTarget"`
-}
-
 func TestDiscoveryAuth(t *testing.T) {
 	f := newDiscFixture(t, discOpts{token: discToken})
 	f.add("p1", nil, 5, lifecycle.HealthHealthy, 10)
@@ -189,7 +156,7 @@ func TestDiscoveryAuth(t *testing.T) {
 				t.Fatalf("status %d, want %d (%s)", res.StatusCode, tc.want, b)
 			}
 			if tc.want == 401 {
-				if e := decodeAs[discError](t, resp{body: b}); !strings.Contains(e.Error, "bearer token") {
+				if e := decodeAs[client.ErrorBody](t, resp{body: b}); !strings.Contains(e.Error, "bearer token") {
 					t.Errorf("401 body %s does not say what is wrong", b)
 				}
 			}
@@ -236,21 +203,21 @@ func TestDiscoveryList(t *testing.T) {
 	f.add("p4", nil, 1, lifecycle.HealthUnknown, 0)
 	f.do(t, "POST", "/v1/leases", discToken, `{"selector":{"geo":"eu"}}`)
 
-	p1 := discProxy{ID: "crawl/p1", IP: "10.1.0.1", Port: 3128, Attributes: eu, Phase: "Ready", Healthy: true, LatencyMillis: 10, ActiveLeases: 1, MaxLeases: 5}
-	p2 := discProxy{ID: "crawl/p2", IP: "10.1.0.2", Port: 3128, Attributes: eu, Phase: "Ready", MaxLeases: 5}
-	p3 := discProxy{ID: "crawl/p3", IP: "10.1.0.3", Port: 3128, Attributes: map[string]string{"geo": "us"}, Phase: "Ready", Healthy: true, LatencyMillis: 30}
-	p4 := discProxy{ID: "crawl/p4", IP: "10.1.0.4", Port: 3128, Attributes: map[string]string{}, Phase: "Ready", MaxLeases: 1}
+	p1 := client.Proxy{ID: "crawl/p1", IP: "10.1.0.1", Port: 3128, Attributes: eu, Phase: "Ready", Healthy: true, LatencyMillis: 10, ActiveLeases: 1, MaxLeases: 5}
+	p2 := client.Proxy{ID: "crawl/p2", IP: "10.1.0.2", Port: 3128, Attributes: eu, Phase: "Ready", MaxLeases: 5}
+	p3 := client.Proxy{ID: "crawl/p3", IP: "10.1.0.3", Port: 3128, Attributes: map[string]string{"geo": "us"}, Phase: "Ready", Healthy: true, LatencyMillis: 30}
+	p4 := client.Proxy{ID: "crawl/p4", IP: "10.1.0.4", Port: 3128, Attributes: map[string]string{}, Phase: "Ready", MaxLeases: 1}
 	tests := []struct {
 		query string
-		want  []discProxy
+		want  []client.Proxy
 	}{
-		{"", []discProxy{p1, p2, p3, p4}},
-		{"?attr.geo=eu", []discProxy{p1, p2}},
-		{"?attr.geo=eu&attr.purpose=crawl&healthy=true", []discProxy{p1}},
-		{"?attr.geo=eu&healthy=false", []discProxy{p2}},
-		{"?healthy=true", []discProxy{p1, p3}},
-		{"?attr.geo=mars", []discProxy{}},
-		{"?attr.purpose=crawl&attr.geo=us", []discProxy{}},
+		{"", []client.Proxy{p1, p2, p3, p4}},
+		{"?attr.geo=eu", []client.Proxy{p1, p2}},
+		{"?attr.geo=eu&attr.purpose=crawl&healthy=true", []client.Proxy{p1}},
+		{"?attr.geo=eu&healthy=false", []client.Proxy{p2}},
+		{"?healthy=true", []client.Proxy{p1, p3}},
+		{"?attr.geo=mars", []client.Proxy{}},
+		{"?attr.purpose=crawl&attr.geo=us", []client.Proxy{}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.query, func(t *testing.T) {
@@ -258,8 +225,8 @@ func TestDiscoveryList(t *testing.T) {
 			if r.code != 200 {
 				t.Fatalf("status %d: %s", r.code, r.body)
 			}
-			want := discList{Complete: true, Count: len(tc.want), Proxies: tc.want}
-			if diff := cmp.Diff(want, decodeAs[discList](t, r)); diff != "" {
+			want := client.ProxyList{Complete: true, Count: len(tc.want), Proxies: tc.want}
+			if diff := cmp.Diff(want, decodeAs[client.ProxyList](t, r)); diff != "" {
 				t.Errorf("list mismatch (-want +got):\n%s", diff)
 			}
 		})
@@ -274,7 +241,7 @@ func TestDiscoveryWarmup(t *testing.T) {
 	f.clock.Advance(30 * time.Second)
 
 	r := f.do(t, "GET", "/v1/proxies", discToken, "")
-	l := decodeAs[discList](t, r)
+	l := decodeAs[client.ProxyList](t, r)
 	if r.code != 200 || l.Complete || l.CompleteAt == nil || r.header.Get("Retry-After") != "60" {
 		t.Errorf("list during warmup: status %d complete %v completeAt %v Retry-After %q; want 200, false, set, 60",
 			r.code, l.Complete, l.CompleteAt, r.header.Get("Retry-After"))
@@ -290,7 +257,7 @@ func TestDiscoveryWarmup(t *testing.T) {
 	if r := f.do(t, "POST", "/v1/leases", discToken, `{}`); r.code != 200 {
 		t.Errorf("lease after warmup: status %d (%s)", r.code, r.body)
 	}
-	if l := decodeAs[discList](t, f.do(t, "GET", "/v1/proxies", discToken, "")); !l.Complete || l.CompleteAt != nil {
+	if l := decodeAs[client.ProxyList](t, f.do(t, "GET", "/v1/proxies", discToken, "")); !l.Complete || l.CompleteAt != nil {
 		t.Errorf("list after warmup: complete %v completeAt %v", l.Complete, l.CompleteAt)
 	}
 }
@@ -304,41 +271,38 @@ func TestDiscoveryLeaseLifecycle(t *testing.T) {
 	if r.code != 200 {
 		t.Fatalf("lease: status %d (%s)", r.code, r.body)
 	}
-	l := decodeAs[discLease](t, r)
-	want := discLease{LeaseID: l.LeaseID, ExpiresAt: f.clock.Now().Add(time.Minute),
-		Proxy: discProxy{ID: "crawl/p1", IP: "10.1.0.1", Port: 3128, Attributes: map[string]string{}, Phase: "Ready", Healthy: true, LatencyMillis: 10, ActiveLeases: 1, MaxLeases: 5}}
-	if diff := cmp.Diff(want, l); diff != "" || len(l.LeaseID) < 32 {
-		t.Errorf("lease mismatch (-want +got):\n%s (id %q)", diff, l.LeaseID)
+	l := decodeAs[client.Lease](t, r)
+	want := client.Lease{ID: l.ID, ExpiresAt: f.clock.Now().Add(time.Minute), TTLSeconds: 60, Target: "example.com", ProxyURL: "http://10.1.0.1:3128",
+		Proxy: client.Proxy{ID: "crawl/p1", IP: "10.1.0.1", Port: 3128, Attributes: map[string]string{}, Phase: "Ready", Healthy: true, LatencyMillis: 10, ActiveLeases: 1, MaxLeases: 5}}
+	if diff := cmp.Diff(want, l); diff != "" || len(l.ID) < 32 {
+		t.Errorf("lease mismatch (-want +got):\n%s (id %q)", diff, l.ID)
 	}
 
 	f.clock.Advance(50 * time.Second)
-	r = f.do(t, "POST", "/v1/leases/"+l.LeaseID+"/renew", discToken, "")
-	if got := decodeAs[discLease](t, r); r.code != 200 || !got.ExpiresAt.Equal(f.clock.Now().Add(time.Minute)) {
+	r = f.do(t, "POST", "/v1/leases/"+l.ID+"/renew", discToken, "")
+	if got := decodeAs[client.Lease](t, r); r.code != 200 || !got.ExpiresAt.Equal(f.clock.Now().Add(time.Minute)) {
 		t.Errorf("renew with its own TTL: status %d expiresAt %s, want 200 and %s", r.code, got.ExpiresAt, f.clock.Now().Add(time.Minute))
 	}
-	r = f.do(t, "POST", "/v1/leases/"+l.LeaseID+"/renew", discToken, `{"ttlSeconds": 600}`)
-	if got := decodeAs[discLease](t, r); r.code != 200 || !got.ExpiresAt.Equal(f.clock.Now().Add(10*time.Minute)) {
+	r = f.do(t, "POST", "/v1/leases/"+l.ID+"/renew", discToken, `{"ttlSeconds": 600}`)
+	if got := decodeAs[client.Lease](t, r); r.code != 200 || !got.ExpiresAt.Equal(f.clock.Now().Add(10*time.Minute)) {
 		t.Errorf("renew for 600 s: status %d expiresAt %s", r.code, got.ExpiresAt)
 	}
 
-	r = f.do(t, "POST", "/v1/leases/"+l.LeaseID+"/report", discToken, `{"result": "rate_limited", "target": "example.com", "retryAfterSeconds": 3600}`)
-	var rep struct {
-		ProxyID       string    `json:"proxyID"`
-		CooldownUntil time.Time `json:"cooldownUntil"`
-	}
-	if err := json.Unmarshal(r.body, &rep); r.code != 200 || err != nil || rep.ProxyID != "crawl/p1" || !rep.CooldownUntil.Equal(f.clock.Now().Add(time.Hour)) {
+	r = f.do(t, "POST", "/v1/leases/"+l.ID+"/report", discToken, `{"result": "rate_limited", "target": "example.com", "retryAfterSeconds": 3600}`)
+	var rep client.Cooldown
+	if err := json.Unmarshal(r.body, &rep); r.code != 200 || err != nil || rep.ProxyID != "crawl/p1" || rep.Until == nil || !rep.Until.Equal(f.clock.Now().Add(time.Hour)) {
 		t.Errorf("report: status %d body %s; want cooldown for crawl/p1 until %s", r.code, r.body, f.clock.Now().Add(time.Hour))
 	}
 	// p1 cools for example.com (the target was lower-cased on the way in), not for others.
 	for _, tc := range []struct{ target, want string }{{"example.com", "crawl/p2"}, {"other.org", "crawl/p1"}, {"other.org", "crawl/p2"}} {
 		r := f.do(t, "POST", "/v1/leases", discToken, `{"target": "`+tc.target+`"}`)
-		if got := decodeAs[discLease](t, r).Proxy.ID; r.code != 200 || got != tc.want {
+		if got := decodeAs[client.Lease](t, r).Proxy.ID; r.code != 200 || got != tc.want {
 			t.Errorf("lease for %s: status %d proxy %s, want %s", tc.target, r.code, got, tc.want)
 		}
 	}
 
 	for i := range 2 {
-		if r := f.do(t, "DELETE", "/v1/leases/"+l.LeaseID, discToken, ""); r.code != 204 || len(r.body) != 0 {
+		if r := f.do(t, "DELETE", "/v1/leases/"+l.ID, discToken, ""); r.code != 204 || len(r.body) != 0 {
 			t.Errorf("release #%d: status %d body %q, want 204 and none", i, r.code, r.body)
 		}
 	}
@@ -346,8 +310,8 @@ func TestDiscoveryLeaseLifecycle(t *testing.T) {
 		t.Errorf("release of an unknown lease: status %d, want 204", r.code)
 	}
 	for path, body := range map[string]string{"/renew": "", "/report": `{"result":"ok","target":"x.org"}`} {
-		r := f.do(t, "POST", "/v1/leases/"+l.LeaseID+path, discToken, body)
-		if r.code != 404 || !strings.Contains(decodeAs[discError](t, r).Error, "lease not found") {
+		r := f.do(t, "POST", "/v1/leases/"+l.ID+path, discToken, body)
+		if r.code != 404 || !strings.Contains(decodeAs[client.ErrorBody](t, r).Error, "lease not found") {
 			t.Errorf("%s after release: status %d (%s), want 404", path, r.code, r.body)
 		}
 	}
@@ -362,7 +326,7 @@ func TestDiscoverySticky(t *testing.T) {
 		if r.code != 200 {
 			t.Fatalf("lease %s: %d %s", body, r.code, r.body)
 		}
-		return decodeAs[discLease](t, r).Proxy.ID
+		return decodeAs[client.Lease](t, r).Proxy.ID
 	}
 	first := lease(`{"sessionKey": "user-42"}`)
 	for range 3 {
@@ -382,19 +346,19 @@ func TestDiscoveryLeasedForTarget(t *testing.T) {
 	f := newDiscFixture(t, discOpts{token: discToken})
 	f.add("p1", nil, 4, lifecycle.HealthHealthy, 10)
 	body := `{"target":"shop.example"}`
-	l := decodeAs[discLease](t, f.do(t, "POST", "/v1/leases", discToken, body))
+	l := decodeAs[client.Lease](t, f.do(t, "POST", "/v1/leases", discToken, body))
 	r := f.do(t, "POST", "/v1/leases", discToken, body)
-	want := discError{Error: "none of the 1 proxies matching the selector can be leased: 1 already leased for shop.example", Matching: 1, LeasedForTarget: 1}
+	want := client.ErrorBody{Error: "none of the 1 proxies matching the selector can be leased: 1 already leased for shop.example", Matching: 1, LeasedForTarget: 1, Target: "shop.example"}
 	if r.code != 409 {
 		t.Fatalf("second lease for the target: %d %s, want 409", r.code, r.body)
 	}
-	if diff := cmp.Diff(want, decodeAs[discError](t, r)); diff != "" {
+	if diff := cmp.Diff(want, decodeAs[client.ErrorBody](t, r), ignoreWhen); diff != "" {
 		t.Errorf("409 body mismatch (-want +got):\n%s", diff)
 	}
 	if r := f.do(t, "POST", "/v1/leases", discToken, `{"target":"other.example"}`); r.code != 200 {
 		t.Errorf("lease for another target: %d %s", r.code, r.body)
 	}
-	if r := f.do(t, "DELETE", "/v1/leases/"+l.LeaseID, discToken, ""); r.code != 204 {
+	if r := f.do(t, "DELETE", "/v1/leases/"+l.ID, discToken, ""); r.code != 204 {
 		t.Fatalf("release: %d", r.code)
 	}
 	if r := f.do(t, "POST", "/v1/leases", discToken, body); r.code != 200 {
@@ -409,21 +373,21 @@ func TestDiscoveryConflict(t *testing.T) {
 	f.add("p2", eu, 2, lifecycle.HealthUnhealthy, 0)
 	f.add("p3", eu, 2, lifecycle.HealthHealthy, 10)
 	f.add("p4", map[string]string{"geo": "us"}, 2, lifecycle.HealthHealthy, 10)
-	l1 := decodeAs[discLease](t, f.do(t, "POST", "/v1/leases", discToken, `{"selector":{"geo":"eu"}}`))
-	l3 := decodeAs[discLease](t, f.do(t, "POST", "/v1/leases", discToken, `{"selector":{"geo":"eu"}}`))
+	l1 := decodeAs[client.Lease](t, f.do(t, "POST", "/v1/leases", discToken, `{"selector":{"geo":"eu"}}`))
+	l3 := decodeAs[client.Lease](t, f.do(t, "POST", "/v1/leases", discToken, `{"selector":{"geo":"eu"}}`))
 	if l1.Proxy.ID != "crawl/p1" || l3.Proxy.ID != "crawl/p3" {
 		t.Fatalf("setup leases on %s and %s, want p1 and p3", l1.Proxy.ID, l3.Proxy.ID)
 	}
-	if r := f.do(t, "POST", "/v1/leases/"+l3.LeaseID+"/report", discToken, `{"result":"banned","target":"shop.example"}`); r.code != 200 {
+	if r := f.do(t, "POST", "/v1/leases/"+l3.ID+"/report", discToken, `{"result":"banned","target":"shop.example"}`); r.code != 200 {
 		t.Fatalf("report: %d %s", r.code, r.body)
 	}
 	tests := []struct {
 		name, body string
-		want       discError
+		want       client.ErrorBody
 	}{
-		{"no match", `{"selector":{"geo":"mars"}}`, discError{Error: "no proxy matches the selector"}},
-		{"all unavailable", `{"selector":{"geo":"eu"},"target":"shop.example"}`, discError{
-			Error: "none of the 3 proxies matching the selector can be leased: 1 unhealthy, 1 at capacity, 1 cooling down for shop.example", Matching: 3, Unhealthy: 1, AtCapacity: 1, CoolingForTarget: 1}},
+		{"no match", `{"selector":{"geo":"mars"}}`, client.ErrorBody{Error: "no proxy matches the selector"}},
+		{"all unavailable", `{"selector":{"geo":"eu"},"target":"shop.example"}`, client.ErrorBody{
+			Error: "none of the 3 proxies matching the selector can be leased: 1 unhealthy, 1 at capacity, 1 cooling down for shop.example", Matching: 3, Unhealthy: 1, AtCapacity: 1, CoolingForTarget: 1, Target: "shop.example"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -431,7 +395,7 @@ func TestDiscoveryConflict(t *testing.T) {
 			if r.code != 409 {
 				t.Fatalf("status %d (%s), want 409", r.code, r.body)
 			}
-			if diff := cmp.Diff(tc.want, decodeAs[discError](t, r)); diff != "" {
+			if diff := cmp.Diff(tc.want, decodeAs[client.ErrorBody](t, r), ignoreWhen); diff != "" {
 				t.Errorf("409 body mismatch (-want +got):\n%s", diff)
 			}
 		})
@@ -492,12 +456,12 @@ func TestDiscoveryBadInput(t *testing.T) {
 	f := newDiscFixture(t, discOpts{token: discToken})
 	f.add("p1", nil, 5, lifecycle.HealthHealthy, 10)
 	f.add("p2", nil, 5, lifecycle.HealthHealthy, 20)
-	held := decodeAs[discLease](t, f.do(t, "POST", "/v1/leases", discToken, `{}`))
+	held := decodeAs[client.Lease](t, f.do(t, "POST", "/v1/leases", discToken, `{}`))
 	if held.Proxy.ID != "crawl/p1" {
 		t.Fatalf("setup lease on %s", held.Proxy.ID)
 	}
-	report := "/v1/leases/" + held.LeaseID + "/report"
-	renew := "/v1/leases/" + held.LeaseID + "/renew"
+	report := "/v1/leases/" + held.ID + "/report"
+	renew := "/v1/leases/" + held.ID + "/renew"
 	tests := []struct {
 		name, method, path, body string
 		code                     int
@@ -534,7 +498,7 @@ func TestDiscoveryBadInput(t *testing.T) {
 		{"list empty attr key", "GET", "/v1/proxies?attr.=eu", "", 400, "attribute key"},
 		{"list selector syntax", "GET", "/v1/proxies?attr.geo!=eu", "", 400, "unsupported selector syntax"},
 		{"wrong method on leases", "GET", "/v1/leases", "", 405, "method GET not allowed"},
-		{"wrong method on lease", "PUT", "/v1/leases/" + held.LeaseID, `{}`, 405, "method PUT not allowed"},
+		{"wrong method on lease", "PUT", "/v1/leases/" + held.ID, `{}`, 405, "method PUT not allowed"},
 		{"wrong method on renew", "GET", renew, "", 405, "not allowed"},
 		{"wrong method on proxies", "POST", "/v1/proxies", `{}`, 405, "not allowed"},
 		{"unknown route", "GET", "/v1/leases/x/y/z", "", 404, "no route"},
@@ -549,7 +513,7 @@ func TestDiscoveryBadInput(t *testing.T) {
 			if ct := r.header.Get("Content-Type"); ct != "application/json" {
 				t.Errorf("Content-Type %q, want application/json", ct)
 			}
-			if e := decodeAs[discError](t, r); !strings.Contains(e.Error, tc.says) {
+			if e := decodeAs[client.ErrorBody](t, r); !strings.Contains(e.Error, tc.says) {
 				t.Errorf("error %q does not say %q", e.Error, tc.says)
 			}
 		})
@@ -559,8 +523,8 @@ func TestDiscoveryBadInput(t *testing.T) {
 	}
 	// No cooldown was recorded: the held lease's proxy is still offered for x.org, and its
 	// expiry did not move.
-	l := decodeAs[discLease](t, f.do(t, "POST", "/v1/leases", discToken, `{"target":"x.org"}`))
-	l2 := decodeAs[discLease](t, f.do(t, "POST", "/v1/leases", discToken, `{"target":"x.org"}`))
+	l := decodeAs[client.Lease](t, f.do(t, "POST", "/v1/leases", discToken, `{"target":"x.org"}`))
+	l2 := decodeAs[client.Lease](t, f.do(t, "POST", "/v1/leases", discToken, `{"target":"x.org"}`))
 	if l.Proxy.ID != "crawl/p2" || l2.Proxy.ID != "crawl/p1" {
 		t.Errorf("after bad reports leases went to %s, %s; want p2 then p1 (no cooldown)", l.Proxy.ID, l2.Proxy.ID)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/proxy-operator/proxy-operator/client"
 	"github.com/proxy-operator/proxy-operator/internal/clocktest"
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
 	"github.com/proxy-operator/proxy-operator/internal/healthtest"
@@ -83,13 +84,11 @@ func TestScopedTokens(t *testing.T) {
 // 429 naming the limit, counted by the refused metric.
 func TestCooldownBoundAnswers429(t *testing.T) {
 	f, reg := scopedFixture(t)
-	l := decodeAs[struct {
-		LeaseID string `json:"leaseID"`
-	}](t, f.do(t, "POST", "/v1/leases", "tok-admin-0123456789", `{"selector":{"geo":"eu"},"ttlSeconds":600}`))
+	l := decodeAs[client.Lease](t, f.do(t, "POST", "/v1/leases", "tok-admin-0123456789", `{"selector":{"geo":"eu"},"ttlSeconds":600}`))
 	codes := map[int]int{}
 	var last resp
 	for _, target := range []string{"a.example", "b.example", "c.example", "d.example"} {
-		last = f.do(t, "POST", "/v1/leases/"+l.LeaseID+"/report", "tok-admin-0123456789", `{"result":"rate_limited","target":"`+target+`"}`)
+		last = f.do(t, "POST", "/v1/leases/"+l.ID+"/report", "tok-admin-0123456789", `{"result":"rate_limited","target":"`+target+`"}`)
 		codes[last.code]++
 	}
 	if codes[200] != 2 || codes[429] != 2 {

@@ -5,60 +5,30 @@ import (
 	"encoding/json"
 	"net/http"
 	"strings"
-	"time"
 
+	"github.com/proxy-operator/proxy-operator/client"
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
 	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
 	"github.com/proxy-operator/proxy-operator/lease"
 	"github.com/proxy-operator/proxy-operator/server/httpx"
 )
 
-// proxyJSON is one proxy as crawlers see it.
-type proxyJSON struct {
-	ID            string            `json:"id"`
-	IP            string            `json:"ip"`
-	Port          int32             `json:"port"`
-	Attributes    map[string]string `json:"attributes"`
-	Phase         string            `json:"phase"`
-	Healthy       bool              `json:"healthy"`
-	Draining      bool              `json:"draining,omitempty"`
-	LatencyMillis int64             `json:"latencyMillis"`
-	ActiveLeases  int               `json:"activeLeases"`
-	MaxLeases     int32             `json:"maxLeases"`
-}
+// The answers' wire types are the public client's (client.Proxy, client.ProxyList,
+// client.Lease, client.Cooldown, client.ErrorBody): declared once, so the contract a crawler
+// decodes is the one served (decision 0100). Requests are decoded into the types below: they
+// tell an absent field from a zero one and refuse unknown fields, which the client's
+// encoders need not.
 
-func toProxyJSON(p fleet.Proxy, h lifecycle.Health, active int) proxyJSON {
+// toProxyJSON is one proxy as crawlers see it.
+func toProxyJSON(p fleet.Proxy, h lifecycle.Health, active int) client.Proxy {
 	attrs := p.Attributes
 	if attrs == nil {
 		attrs = map[string]string{}
 	}
-	return proxyJSON{
-		ID: p.Key, IP: p.IP, Port: p.Port, Attributes: attrs, Phase: string(p.Phase),
-		Healthy: lease.Leasable(p, h), Draining: p.Draining, LatencyMillis: h.LatencyMillis, ActiveLeases: active, MaxLeases: p.MaxLeases,
+	return client.Proxy{
+		ID: p.Key, IP: p.IP, Port: int(p.Port), Attributes: attrs, Phase: string(p.Phase),
+		Healthy: lease.Leasable(p, h), Draining: p.Draining, LatencyMillis: h.LatencyMillis, ActiveLeases: active, MaxLeases: int(p.MaxLeases),
 	}
-}
-
-type listJSON struct {
-	// Complete is false right after a restart, until every Proxy has been synced again:
-	// an absent proxy may then simply not be known yet.
-	Complete   bool        `json:"complete"`
-	CompleteAt *time.Time  `json:"completeAt,omitempty"`
-	Count      int         `json:"count"`
-	Proxies    []proxyJSON `json:"proxies"`
-}
-
-type noMatchJSON struct {
-	Error            string `json:"error"`
-	Matching         int    `json:"matching"`
-	Unhealthy        int    `json:"unhealthy"`
-	AtCapacity       int    `json:"atCapacity"`
-	CoolingForTarget int    `json:"coolingForTarget"`
-	LeasedForTarget  int    `json:"leasedForTarget"`
-	Target           string `json:"target,omitempty"`
-	// AvailableAt is lease.NoMatchError.FreeAt: the earliest a matching proxy frees up by
-	// itself (absent when no time is known). RetryAfterSeconds repeats the Retry-After header.
-	AvailableAt       *time.Time `json:"availableAt,omitempty"`
-	RetryAfterSeconds int64      `json:"retryAfterSeconds"`
 }
 
 type acquireRequest struct {
@@ -66,20 +36,6 @@ type acquireRequest struct {
 	TTLSeconds *int64            `json:"ttlSeconds"`
 	Target     string            `json:"target"`
 	SessionKey string            `json:"sessionKey"`
-}
-
-type leaseJSON struct {
-	LeaseID    string    `json:"leaseID"`
-	Proxy      proxyJSON `json:"proxy"`
-	ExpiresAt  time.Time `json:"expiresAt"`
-	TTLSeconds int64     `json:"ttlSeconds"`
-	Target     string    `json:"target,omitempty"`
-	SessionKey string    `json:"sessionKey,omitempty"`
-	// ProxyURL is ready for HTTP_PROXY: the credential in it, percent-encoded. It, Username
-	// and Password are the only place a credential leaves the process.
-	ProxyURL string `json:"proxyURL"`
-	Username string `json:"username,omitempty"`
-	Password string `json:"password,omitempty"`
 }
 
 type renewRequest struct {
@@ -90,14 +46,6 @@ type reportRequest struct {
 	Result            lease.Result `json:"result"`
 	Target            string       `json:"target"`
 	RetryAfterSeconds *int64       `json:"retryAfterSeconds"`
-}
-
-type reportJSON struct {
-	ProxyID       string     `json:"proxyID"`
-	Target        string     `json:"target"`
-	Result        string     `json:"result"`
-	CooldownUntil *time.Time `json:"cooldownUntil,omitempty"`
-	Strikes       int        `json:"strikes,omitempty"`
 }
 
 // decode reads a bounded body and decodes it strictly: unknown fields are a 400, so a typo

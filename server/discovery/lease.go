@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/proxy-operator/proxy-operator/client"
 	"github.com/proxy-operator/proxy-operator/lease"
 	"github.com/proxy-operator/proxy-operator/server/discovery/access"
 	"github.com/proxy-operator/proxy-operator/server/httpx"
@@ -59,9 +60,9 @@ func (d *Discovery) acquire(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (d *Discovery) leaseJSON(l lease.Lease, ttl time.Duration) leaseJSON {
-	out := leaseJSON{
-		LeaseID: l.ID, Proxy: toProxyJSON(l.Proxy, l.Health, l.Active), ExpiresAt: l.ExpiresAt.UTC(),
+func (d *Discovery) leaseJSON(l lease.Lease, ttl time.Duration) client.Lease {
+	out := client.Lease{
+		ID: l.ID, Proxy: toProxyJSON(l.Proxy, l.Health, l.Active), ExpiresAt: l.ExpiresAt.UTC(),
 		TTLSeconds: int64(ttl / time.Second), Target: l.Target, SessionKey: l.SessionKey,
 		ProxyURL: l.Proxy.Credentials.ProxyURL(net.JoinHostPort(l.Proxy.IP, strconv.Itoa(int(l.Proxy.Port)))).String(),
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/proxy-operator/proxy-operator/client"
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
 	"github.com/proxy-operator/proxy-operator/server/discovery/access"
 	"github.com/proxy-operator/proxy-operator/server/httpx"
@@ -26,7 +27,7 @@ func (d *Discovery) listProxies(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	out := listJSON{Complete: d.Fleet.Complete(), Proxies: []proxyJSON{}}
+	out := client.ProxyList{Complete: d.Fleet.Complete(), Proxies: []client.Proxy{}}
 	if !out.Complete {
 		at := d.Fleet.CompleteAt().UTC()
 		out.CompleteAt = &at

@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/proxy-operator/proxy-operator/client"
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
 	"github.com/proxy-operator/proxy-operator/internal/healthtest"
 	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
@@ -26,12 +27,12 @@ import (
 // with Retry-After (never 500), and after Redis is back it answers again.
 func TestDiscoveryOnRedis(t *testing.T) {
 	srv := redistest.Start(t)
-	client, err := redisstore.NewClient(redisstore.ClientConfig{URL: "redis://" + srv.Addr})
+	rc, err := redisstore.NewClient(redisstore.ClientConfig{URL: "redis://" + srv.Addr})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { client.Close() })
-	store, err := redisstore.New(redisstore.Config{Client: client, Timeout: 500 * time.Millisecond})
+	t.Cleanup(func() { rc.Close() })
+	store, err := redisstore.New(redisstore.Config{Client: rc, Timeout: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,13 +67,7 @@ func TestDiscoveryOnRedis(t *testing.T) {
 	}
 
 	code, _, body := call(http.MethodPost, "/v1/leases", `{"selector":{"geo":"eu"},"ttlSeconds":60}`)
-	var l struct {
-		LeaseID string `json:"leaseID"`
-		Proxy   struct {
-			ID           string `json:"id"`
-			ActiveLeases int    `json:"activeLeases"`
-		} `json:"proxy"`
-	}
+	var l client.Lease
 	if code != http.StatusOK || json.Unmarshal([]byte(body), &l) != nil || l.Proxy.ID != "crawl/a" {
 		t.Fatalf("lease: %d %s", code, body)
 	}
@@ -91,9 +86,9 @@ func TestDiscoveryOnRedis(t *testing.T) {
 	for _, c := range []struct{ method, path, body string }{
 		{http.MethodGet, "/v1/proxies", ""},
 		{http.MethodPost, "/v1/leases", `{"ttlSeconds":60}`},
-		{http.MethodPost, "/v1/leases/" + l.LeaseID + "/renew", `{}`},
-		{http.MethodPost, "/v1/leases/" + l.LeaseID + "/report", `{"result":"banned","target":"x.example"}`},
-		{http.MethodDelete, "/v1/leases/" + l.LeaseID, ""},
+		{http.MethodPost, "/v1/leases/" + l.ID + "/renew", `{}`},
+		{http.MethodPost, "/v1/leases/" + l.ID + "/report", `{"result":"banned","target":"x.example"}`},
+		{http.MethodDelete, "/v1/leases/" + l.ID, ""},
 	} {
 		code, retry, body := call(c.method, c.path, c.body)
 		if code != http.StatusServiceUnavailable || retry == "" || strings.Contains(body, "127.0.0.1") {
@@ -108,7 +103,7 @@ func TestDiscoveryOnRedis(t *testing.T) {
 	if err := reader.Refresh(ctx); err != nil {
 		t.Fatalf("refresh after Redis is back: %v", err)
 	}
-	if code, _, body := call(http.MethodPost, "/v1/leases/"+l.LeaseID+"/renew", `{}`); code != http.StatusOK {
+	if code, _, body := call(http.MethodPost, "/v1/leases/"+l.ID+"/renew", `{}`); code != http.StatusOK {
 		t.Errorf("renew after Redis is back: %d %s", code, body)
 	}
 	if code, _, body := call(http.MethodGet, "/v1/proxies", ""); code != http.StatusOK {

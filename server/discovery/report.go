@@ -6,6 +6,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/proxy-operator/proxy-operator/client"
 	"github.com/proxy-operator/proxy-operator/lease"
 	"github.com/proxy-operator/proxy-operator/server/httpx"
 )
@@ -37,10 +38,10 @@ func (d *Discovery) report(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	d.reports.WithLabelValues(string(req.Result)).Inc()
-	out := reportJSON{ProxyID: c.Proxy, Target: c.Target, Result: string(req.Result), Strikes: c.Strikes}
+	out := client.Cooldown{ProxyID: c.Proxy, Target: c.Target, Result: client.Result(req.Result), Strikes: c.Strikes}
 	if !c.Until.IsZero() {
 		u := c.Until.UTC()
-		out.CooldownUntil = &u
+		out.Until = &u
 	}
 	httpx.WriteJSON(w, http.StatusOK, out)
 	return nil
