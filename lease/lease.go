@@ -38,15 +38,19 @@ const (
 
 // TooManyCooldownsError says which bound a refused report hit.
 type TooManyCooldownsError struct {
-	// Scope is "proxy" (the proxy's own bound) or "total" (the store's).
+	// Scope is "proxy" (the proxy's own bound), "namespace" (its tenant's share) or "total"
+	// (the store's).
 	Scope string
 	Limit int
 	Proxy string
 }
 
 func (e *TooManyCooldownsError) Error() string {
-	if e.Scope == "proxy" {
+	switch e.Scope {
+	case "proxy":
 		return fmt.Sprintf("proxy %s already remembers %d cooldowns, the per-proxy limit", e.Proxy, e.Limit)
+	case "namespace":
+		return fmt.Sprintf("the namespace of proxy %s already remembers %d cooldowns, its share", e.Proxy, e.Limit)
 	}
 	return fmt.Sprintf("the store already remembers %d cooldowns, the total limit", e.Limit)
 }
@@ -70,7 +74,9 @@ type Store interface {
 	// its forget time (the cooldown's end plus as long again), and a report that would add a
 	// new pair while the proxy already remembers MaxCooldownsPerProxy pairs, or the store
 	// MaxCooldowns in total, is refused with a *TooManyCooldownsError (ErrTooManyCooldowns)
-	// and changes nothing. A report on a pair already remembered is never refused. Forgotten
+	// and changes nothing. A banned report is never refused: it takes the place of the
+	// proxy's (or its namespace's) oldest cooldown. The in-memory store also bounds each
+	// namespace (MaxCooldownsPerNamespace), so one tenant at its share refuses no other's. A report on a pair already remembered is never refused. Forgotten
 	// pairs stop counting at once, whether or not they have been reaped yet. Expiry must not
 	// cost O(all entries) under a lock held by Acquire.
 	Report(ctx context.Context, id string, r Report) (Cooldown, error)

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"container/heap"
+	"container/list"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -24,6 +25,11 @@ const (
 	DefaultHealthRefresh       = time.Second
 	DefaultMinSyncInterval     = 100 * time.Millisecond
 	DefaultMaxSessions         = 100_000
+	// DefaultMaxSessionsPerNamespace and DefaultMaxCooldownsPerNamespace are each tenant's
+	// share (a tenant is the namespace of the proxies it leases): a tenant at its share never
+	// takes another's (issue 21: one tenant filled the store-wide tables in seconds).
+	DefaultMaxSessionsPerNamespace  = 10_000
+	DefaultMaxCooldownsPerNamespace = 8192
 )
 
 // EventKind names a change of the store's state.
@@ -68,6 +74,12 @@ type Config struct {
 	// total (defaults DefaultMaxCooldownsPerProxy, DefaultMaxCooldowns); see Store.Report.
 	MaxCooldownsPerProxy int
 	MaxCooldowns         int
+	// MaxSessionsPerNamespace and MaxCooldownsPerNamespace bound each tenant (the proxies'
+	// namespace): beyond its share a tenant's new session key is not bound and its new
+	// rate_limited pair is refused, while a banned report is always recorded, in place of
+	// the tenant's own oldest cooldown (see Store.Report).
+	MaxSessionsPerNamespace  int
+	MaxCooldownsPerNamespace int
 	// ReapInterval and HealthRefresh pace Run; MinSyncInterval bounds how often Acquire
 	// re-reads the whole fleet when the view keeps changing (0 in tests: on every change).
 	ReapInterval    time.Duration
@@ -101,8 +113,10 @@ type Memory struct {
 	leases   map[string]*held
 	expiry   expiryHeap
 	cool     map[coolKey]*cooldown
-	coolBy   map[string]int // remembered cooldowns per proxy
-	forget   coolHeap       // cooldowns by forget time
+	coolBy   map[string]int        // remembered cooldowns per proxy
+	coolNS   map[string]*list.List // remembered cooldowns per namespace, oldest first
+	sessNS   map[string]int        // bound sessions per namespace
+	forget   coolHeap              // cooldowns by forget time
 	sessions map[string]*session
 	denied   map[string]int64 // no-capacity answers per pool attribute value
 	idle     idleHeap         // sessions without live leases, by until
@@ -124,6 +138,7 @@ type coolKey struct{ target, proxy string }
 
 type cooldown struct {
 	key           coolKey
+	elem          *list.Element // in coolNS
 	until, forget time.Time
 	strikes       int
 	index         int // in forget
@@ -162,6 +177,12 @@ func NewMemory(cfg Config) *Memory {
 	if cfg.MaxCooldowns <= 0 {
 		cfg.MaxCooldowns = DefaultMaxCooldowns
 	}
+	if cfg.MaxSessionsPerNamespace <= 0 {
+		cfg.MaxSessionsPerNamespace = min(DefaultMaxSessionsPerNamespace, cfg.MaxSessions)
+	}
+	if cfg.MaxCooldownsPerNamespace <= 0 {
+		cfg.MaxCooldownsPerNamespace = min(DefaultMaxCooldownsPerNamespace, cfg.MaxCooldowns)
+	}
 	if cfg.MinSyncInterval < 0 {
 		cfg.MinSyncInterval = 0
 	}
@@ -173,6 +194,8 @@ func NewMemory(cfg Config) *Memory {
 		leases:   map[string]*held{},
 		cool:     map[coolKey]*cooldown{},
 		coolBy:   map[string]int{},
+		coolNS:   map[string]*list.List{},
+		sessNS:   map[string]int{},
 		sessions: map[string]*session{},
 		byTarget: map[coolKey]*held{},
 	}
@@ -328,16 +351,20 @@ func (m *Memory) grant(e *entry, h lifecycle.Health, r Request, now time.Time) L
 	if r.Target != "" {
 		m.byTarget[coolKey{r.Target, e.p.Key}] = l
 	}
-	if r.SessionKey != "" && (m.sessions[r.SessionKey] != nil || len(m.sessions) < m.cfg.MaxSessions) {
+	if r.SessionKey != "" && m.canBind(r.SessionKey, e.p.Key) {
 		s := m.sessions[r.SessionKey]
 		if s == nil || s.proxy != e.p.Key {
 			// Leases of the old binding still count down on their own proxy: end() only
 			// touches the session when the proxies agree.
-			if s != nil && s.index >= 0 {
-				heap.Remove(&m.idle, s.index)
+			if s != nil {
+				if s.index >= 0 {
+					heap.Remove(&m.idle, s.index)
+				}
+				m.unbind(s)
 			}
 			s = &session{key: r.SessionKey, proxy: e.p.Key, index: -1}
 			m.sessions[r.SessionKey] = s
+			m.sessNS[namespaceOf(e.p.Key)]++
 		}
 		s.live++
 		s.until = time.Time{}
@@ -455,15 +482,19 @@ func (m *Memory) Report(_ context.Context, id string, r Report) (Cooldown, error
 	k := coolKey{r.Target, l.proxy}
 	c := m.cool[k]
 	if c == nil {
-		if n := m.coolBy[l.proxy]; n >= m.cfg.MaxCooldownsPerProxy {
-			return Cooldown{}, fmt.Errorf("report: %w", &TooManyCooldownsError{Scope: "proxy", Limit: m.cfg.MaxCooldownsPerProxy, Proxy: l.proxy})
-		}
-		if len(m.cool) >= m.cfg.MaxCooldowns {
-			return Cooldown{}, fmt.Errorf("report: %w", &TooManyCooldownsError{Scope: "total", Limit: m.cfg.MaxCooldowns})
+		if err := m.makeRoom(l.proxy, r.Result == ResultBanned); err != nil {
+			return Cooldown{}, fmt.Errorf("report: %w", err)
 		}
 		c = &cooldown{key: k, index: -1}
 		m.cool[k] = c
 		m.coolBy[l.proxy]++
+		ns := namespaceOf(l.proxy)
+		q := m.coolNS[ns]
+		if q == nil {
+			q = list.New()
+			m.coolNS[ns] = q
+		}
+		c.elem = q.PushBack(c)
 	}
 	c.strikes++
 	d := cooldownFor(r, base, c.strikes, m.cfg.MaxCooldown)
@@ -576,16 +607,93 @@ func (m *Memory) Reap() {
 	for len(m.idle) > 0 && !now.Before(m.idle[0].until) {
 		s := heap.Pop(&m.idle).(*session)
 		delete(m.sessions, s.key)
+		m.unbind(s)
 	}
 }
 
 func (m *Memory) reapCooldownsLocked(now time.Time) {
 	for len(m.forget) > 0 && !now.Before(m.forget[0].forget) {
-		c := heap.Pop(&m.forget).(*cooldown)
-		delete(m.cool, c.key)
-		if m.coolBy[c.key.proxy]--; m.coolBy[c.key.proxy] <= 0 {
-			delete(m.coolBy, c.key.proxy)
+		m.dropCooldown(heap.Pop(&m.forget).(*cooldown))
+	}
+}
+
+// dropCooldown forgets c; it is already out of the forget heap.
+func (m *Memory) dropCooldown(c *cooldown) {
+	delete(m.cool, c.key)
+	if m.coolBy[c.key.proxy]--; m.coolBy[c.key.proxy] <= 0 {
+		delete(m.coolBy, c.key.proxy)
+	}
+	ns := namespaceOf(c.key.proxy)
+	if q := m.coolNS[ns]; q != nil && c.elem != nil {
+		q.Remove(c.elem)
+		if q.Len() == 0 {
+			delete(m.coolNS, ns)
 		}
+	}
+	c.elem = nil
+}
+
+// evictCooldown forgets c before its time, to make room for a banned report.
+func (m *Memory) evictCooldown(c *cooldown) {
+	if c.index >= 0 {
+		heap.Remove(&m.forget, c.index)
+	}
+	m.dropCooldown(c)
+}
+
+// makeRoom makes sure one more cooldown on proxy fits its bounds: the proxy's, its
+// namespace's, the store's. A rate_limited report beyond one is refused; a banned one is
+// always recorded, in place of the oldest cooldown of the proxy or of its namespace (of the
+// store, when the namespace has none), so that a ban is never lost to a flood: a crawler
+// sent back to a banned proxy burns it again. Namespaces are counted apart so that one
+// tenant at its share never refuses another's report.
+func (m *Memory) makeRoom(proxy string, banned bool) error {
+	ns := namespaceOf(proxy)
+	q := m.coolNS[ns]
+	if m.coolBy[proxy] >= m.cfg.MaxCooldownsPerProxy {
+		if !banned {
+			return &TooManyCooldownsError{Scope: "proxy", Limit: m.cfg.MaxCooldownsPerProxy, Proxy: proxy}
+		}
+		for el := q.Front(); el != nil; el = el.Next() {
+			if c := el.Value.(*cooldown); c.key.proxy == proxy {
+				m.evictCooldown(c)
+				break
+			}
+		}
+		q = m.coolNS[ns]
+	}
+	nsFull := q != nil && q.Len() >= m.cfg.MaxCooldownsPerNamespace
+	totalFull := len(m.cool) >= m.cfg.MaxCooldowns
+	switch {
+	case !nsFull && !totalFull:
+		return nil
+	case !banned && totalFull:
+		return &TooManyCooldownsError{Scope: "total", Limit: m.cfg.MaxCooldowns}
+	case !banned:
+		return &TooManyCooldownsError{Scope: "namespace", Limit: m.cfg.MaxCooldownsPerNamespace, Proxy: proxy}
+	case q != nil && q.Len() > 0:
+		m.evictCooldown(q.Front().Value.(*cooldown))
+	default:
+		m.evictCooldown(m.forget[0])
+	}
+	return nil
+}
+
+// canBind says whether key may be bound to proxy: a key already bound moves freely; a new
+// one needs room in the store and in the proxy's namespace.
+func (m *Memory) canBind(key, proxy string) bool {
+	if s := m.sessions[key]; s != nil {
+		return namespaceOf(s.proxy) == namespaceOf(proxy) || m.sessNS[namespaceOf(proxy)] < m.cfg.MaxSessionsPerNamespace
+	}
+	return len(m.sessions) < m.cfg.MaxSessions && m.sessNS[namespaceOf(proxy)] < m.cfg.MaxSessionsPerNamespace
+}
+
+// unbind stops counting s against its namespace; it is already out of the session table or
+// about to be replaced in it.
+func (m *Memory) unbind(s *session) {
+	ns := namespaceOf(s.proxy)
+	if m.sessNS[ns]--; m.sessNS[ns] <= 0 {
+		delete(m.sessNS, ns)
 	}
 }
 

@@ -48,6 +48,7 @@ type fixture struct {
 // spec describes one proxy for a fixture: healthy with the given latency unless unhealthy.
 type spec struct {
 	name      string
+	ns        string // "ns" when empty
 	attrs     map[string]string
 	max       int32
 	latency   int64
@@ -68,7 +69,11 @@ func newFixture(t *testing.T, specs ...spec) *fixture {
 }
 
 func (f *fixture) add(s spec) {
-	p := fleet.Proxy{Key: "ns/" + s.name, UID: s.name, IP: "10.0.0.1", Port: 3128, Attributes: s.attrs, MaxLeases: s.max, Deleting: s.deleting}
+	ns := s.ns
+	if ns == "" {
+		ns = "ns"
+	}
+	p := fleet.Proxy{Key: ns + "/" + s.name, UID: s.name, IP: "10.0.0.1", Port: 3128, Attributes: s.attrs, MaxLeases: s.max, Deleting: s.deleting}
 	if s.noIP {
 		p.IP = ""
 	}

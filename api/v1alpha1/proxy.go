@@ -300,7 +300,9 @@ type ProxyStatus struct {
 	// LastHealthCheckTime is the time of the probe that last changed status, not of the latest probe.
 	// +optional
 	LastHealthCheckTime *metav1.Time `json:"lastHealthCheckTime,omitempty"`
-	// LatencyMillis is the probe latency, rewritten only when it moves by more than 50 %.
+	// LatencyMillis is the probe latency of the verdict that last changed the Healthy
+	// condition, written only with that transition (decision 0170); the live value is in
+	// the discovery API and the probe metrics.
 	// +optional
 	LatencyMillis int64 `json:"latencyMillis,omitempty"`
 }

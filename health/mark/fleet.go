@@ -13,11 +13,13 @@ type HealthSource interface {
 // FleetBehind is the Behind of a Marker in the operator: a Proxy is behind when the prober's
 // verdict (Healthy or Unhealthy) differs from the health its status last recorded, as the
 // fleet view holds it from the latest sync answer. A Proxy being deleted, unknown to the view,
-// or without a verdict yet is never behind.
+// or without a verdict yet is never behind; nor is a new instance awaiting its first verdict,
+// whose provisioning poll is due within seconds anyway and carries it (decision 0172): a
+// patch would only add a write and a sync to every proxy's bring-up.
 func FleetBehind(view *fleet.View, health HealthSource) func(key string) (string, bool) {
 	return func(key string) (string, bool) {
 		p, ok := view.Get(key)
-		if !ok || p.Deleting {
+		if !ok || p.Deleting || p.AwaitingVerdict {
 			return "", false
 		}
 		live := health.Health(key).State

@@ -18,8 +18,9 @@ func TestFleetBehind(t *testing.T) {
 	view.Upsert(fleet.Proxy{Key: "ns/a", UID: "a", Recorded: lifecycle.Health{State: lifecycle.HealthHealthy}})
 	view.Upsert(fleet.Proxy{Key: "ns/b", UID: "b", Recorded: lifecycle.Health{State: lifecycle.HealthHealthy}})
 	view.Upsert(fleet.Proxy{Key: "ns/c", UID: "c", Recorded: lifecycle.Health{State: lifecycle.HealthUnknown}})
+	view.Upsert(fleet.Proxy{Key: "ns/e", UID: "e", Recorded: lifecycle.Health{State: lifecycle.HealthUnknown}, AwaitingVerdict: true})
 	view.Upsert(fleet.Proxy{Key: "ns/d", UID: "d", Recorded: lifecycle.Health{State: lifecycle.HealthHealthy}, Deleting: true})
-	live := verdicts{"ns/a": lifecycle.HealthUnhealthy, "ns/b": lifecycle.HealthHealthy, "ns/c": lifecycle.HealthHealthy,
+	live := verdicts{"ns/a": lifecycle.HealthUnhealthy, "ns/b": lifecycle.HealthHealthy, "ns/c": lifecycle.HealthHealthy, "ns/e": lifecycle.HealthHealthy,
 		"ns/d": lifecycle.HealthUnhealthy, "ns/x": lifecycle.HealthUnhealthy, "ns/u": lifecycle.HealthUnknown}
 	behind := mark.FleetBehind(view, live)
 	for _, tc := range []struct {
@@ -29,7 +30,8 @@ func TestFleetBehind(t *testing.T) {
 	}{
 		{"ns/a", "Unhealthy", true}, // status says Healthy
 		{"ns/b", "Healthy", false},  // status agrees
-		{"ns/c", "Healthy", true},   // first verdict of a new proxy
+		{"ns/c", "Healthy", true},   // first verdict of a new External proxy
+		{"ns/e", "", false},         // first verdict of a new instance: its poll carries it
 		{"ns/d", "", false},         // being deleted
 		{"ns/x", "", false},         // not in the view
 		{"ns/u", "", false},         // no verdict

@@ -44,6 +44,11 @@ type Proxy struct {
 	// Draining is set on a pool member being removed: it is listed, its leases run to their
 	// end, but it takes no new lease.
 	Draining bool
+	// AwaitingVerdict is set while the Proxy's new instance runs and waits for its first
+	// verdict: the hook then syncs it again every provisioning poll, and that sync carries
+	// the verdict into status without a health annotation patch (decision 0172). The hook's
+	// business alone: not part of the records discovery replicas read.
+	AwaitingVerdict bool `json:"-"`
 }
 
 // Equal reports whether two records are the same.
@@ -55,14 +60,14 @@ func (p Proxy) Equal(o Proxy) bool {
 		Port, MaxLeases                    int32
 		Phase                              v1.ProxyPhase
 		Recorded                           lifecycle.Health
-		Deleting, Draining                 bool
+		Deleting, Draining, Awaiting       bool
 		ProbeURL                           string
 		Interval, Timeout, Fail, Succeed   int32
 	}
 	s := func(x Proxy) scalars {
 		h := x.HealthCheck
 		return scalars{x.Key, x.UID, x.Provider, x.ProviderID, x.IP, x.Generation, x.Mode, x.Port, x.MaxLeases,
-			x.Phase, x.Recorded, x.Deleting, x.Draining, h.ProbeURL, h.IntervalSeconds, h.TimeoutSeconds, h.FailureThreshold, h.SuccessThreshold}
+			x.Phase, x.Recorded, x.Deleting, x.Draining, x.AwaitingVerdict, h.ProbeURL, h.IntervalSeconds, h.TimeoutSeconds, h.FailureThreshold, h.SuccessThreshold}
 	}
 	return s(p) == s(o) && equalCredentials(p.Credentials, o.Credentials) && maps.Equal(p.Attributes, o.Attributes) &&
 		slices.Equal(p.HealthCheck.ExpectedStatusCodes, o.HealthCheck.ExpectedStatusCodes)

@@ -438,7 +438,10 @@ func (d *decider) healthCondition(probed bool) {
 		t := metav1.NewTime(h.Since.UTC().Truncate(time.Second))
 		d.st.LastHealthCheckTime = &t
 	}
-	if moved(d.prev.LatencyMillis, h.LatencyMillis) {
+	// Latency is recorded only with a health transition (decision 0170): probe latencies on a
+	// busy machine jitter by 10x, and any rule that follows them writes a steady fleet's
+	// status forever. The live value is in the discovery API and the probe metrics.
+	if d.healthTransition(h.State) {
 		d.st.LatencyMillis = h.LatencyMillis
 	}
 	if h.State == HealthHealthy {
@@ -452,16 +455,15 @@ func (d *decider) healthCondition(probed bool) {
 	d.setCondition(v1.ConditionHealthy, metav1.ConditionFalse, ReasonProbeFailed, msg)
 }
 
-// moved reports whether latency changed by more than 50 % of the recorded value.
-func moved(recorded, now int64) bool {
-	if recorded == 0 {
-		return now != 0
+// healthTransition says the Healthy condition this sync writes for state differs from the one
+// status holds (or status holds none yet): only then is the verdict's latency recorded.
+func (d *decider) healthTransition(state HealthState) bool {
+	want := metav1.ConditionFalse
+	if state == HealthHealthy {
+		want = metav1.ConditionTrue
 	}
-	diff := now - recorded
-	if diff < 0 {
-		diff = -diff
-	}
-	return diff*2 > recorded
+	c := findCondition(d.prev.Conditions, v1.ConditionHealthy)
+	return c == nil || c.Status != want
 }
 
 // keepHealthCondition carries the previous Healthy condition over unchanged.

@@ -396,3 +396,33 @@ func TestReadyCondition(t *testing.T) {
 		t.Errorf("condition order (-want +got):\n%s", diff)
 	}
 }
+
+// TestLatencyOnlyAtHealthTransitions (decision 0170): a steady proxy's status is the same bytes
+// whatever latency the prober reports, and the latency of the verdict that changes the Healthy
+// condition is recorded with that transition.
+func TestLatencyOnlyAtHealthTransitions(t *testing.T) {
+	m := managedProxy("a")
+	in := settle(t, lifecycle.Input{Proxy: m, ProviderKnown: true, Instance: running(m), Health: healthy, Now: t0})
+	if got := in.Proxy.Status.LatencyMillis; got != healthy.LatencyMillis {
+		t.Fatalf("first verdict recorded latency %d, want %d", got, healthy.LatencyMillis)
+	}
+	want := mustJSON(t, in.Proxy.Status)
+	for _, ms := range []int64{4, 400, 1, 4000, 0, 39} {
+		in.Health.LatencyMillis, in.Now = ms, in.Now.Add(time.Minute)
+		if got := mustJSON(t, lifecycle.Decide(in).Status); got != want {
+			t.Errorf("steady proxy, latency %d ms: status changed\nwant %s\ngot  %s", ms, want, got)
+		}
+	}
+
+	flips := []struct {
+		state   lifecycle.HealthState
+		latency int64
+	}{{lifecycle.HealthUnhealthy, 900}, {lifecycle.HealthHealthy, 7}}
+	for _, f := range flips {
+		in.Health = lifecycle.Health{State: f.state, LatencyMillis: f.latency, Since: in.Now}
+		in = settle(t, in)
+		if got := in.Proxy.Status.LatencyMillis; got != f.latency {
+			t.Errorf("transition to %s recorded latency %d, want %d", f.state, got, f.latency)
+		}
+	}
+}

@@ -25,7 +25,7 @@ import (
 // separately and exactly.
 
 // flapHealth is the prober: every proxy healthy, a few flipping at set times, and latency
-// jittering inside the band the status ignores (within 50 % of the recorded value).
+// jittering by 10x, which status ignores between transitions (decision 0170).
 type flapHealth struct {
 	mu    sync.Mutex
 	state map[string]lifecycle.Health
@@ -39,7 +39,7 @@ func (f *flapHealth) Health(key string) lifecycle.Health {
 	if !ok {
 		h = lifecycle.Health{State: lifecycle.HealthHealthy, Since: start}
 	}
-	h.LatencyMillis = 32 + f.rng.Int64N(17) // 32..48 around 40: never "moved"
+	h.LatencyMillis = 4 + f.rng.Int64N(37) // 4..40 ms
 	return h
 }
 

@@ -28,7 +28,8 @@
 //   - Only the per-item backoff of the workqueue's rate limiter is modelled, not its overall
 //     10 qps / 100 burst bucket (which only paces failing syncs).
 //   - Children in an answer replace the observed ones at once, whatever the updateStrategy;
-//     there is no adoption or orphaning, and child writes cost no API calls under a Budget.
+//     there is no adoption or orphaning. Under a Budget each child created, changed (any byte)
+//     or deleted costs one call and enqueues the parent; without one, child writes are free.
 //   - The customize hook is not called; related objects come from the Related callback.
 //   - The parent sent is the live object, never a lagging informer copy; status updates never
 //     conflict (no RetryOnConflict rounds); hook and API call latencies are constants.
@@ -187,6 +188,9 @@ func (d *Driver) Apply(p *v1.Proxy) error {
 		np.Spec = clone(p.Spec)
 		o = &object{parent: np, children: metacontroller.RelativeObjects{}}
 		d.objs[key] = o
+		// kubectl's create, served by the API server like every other call (Budget.ServerRate).
+		d.enqueue(o, d.chargeOther(CallApply))
+		return nil
 	} else {
 		if o.parent.DeletionTimestamp != nil {
 			return fmt.Errorf("driver: apply %s: object is being deleted", key)
@@ -518,11 +522,18 @@ func (d *Driver) sync(key string) error {
 	o.failures = 0
 	d.syncs++
 	o.syncs++
+	finalized := req.Finalizing && resp.Finalized
+	if !finalized {
+		// ManageChildren runs before the status update, as upstream.
+		if err := d.applyChildren(o, resp.Children); err != nil {
+			return fmt.Errorf("driver: %s %s: %w", hook, key, err)
+		}
+	}
 	if err := d.applyStatus(o, resp.Status); err != nil {
 		return fmt.Errorf("driver: %s %s: %w", hook, key, err)
 	}
-	if req.Finalizing && resp.Finalized {
-		d.charge(2) // RemoveFinalizer: a GET and an update (AtomicUpdate)
+	if finalized {
+		d.charge(CallFinalizer, 2) // RemoveFinalizer: a GET and an update (AtomicUpdate)
 		o.parent.Finalizers = slices.DeleteFunc(o.parent.Finalizers, func(f string) bool { return f == d.Finalizer() })
 		if len(o.parent.Finalizers) == 0 {
 			delete(d.objs, key)
@@ -539,9 +550,6 @@ func (d *Driver) sync(key string) error {
 			}
 		}
 		return nil
-	}
-	if err := d.applyChildren(o, resp.Children); err != nil {
-		return fmt.Errorf("driver: %s %s: %w", hook, key, err)
 	}
 	if resp.ResyncAfterSeconds > 0 {
 		d.enqueue(o, now.Add(time.Duration(resp.ResyncAfterSeconds*float64(time.Second))))
@@ -572,10 +580,11 @@ func (d *Driver) applyStatus(o *object, raw any) error {
 	}
 	st.ObservedGeneration = o.parent.Generation
 	if jsonEqual(o.parent.Status, st) {
-		d.charge(1) // AtomicStatusUpdate GETs the live object even when it then writes nothing
+		d.charge(CallStatusGet, 1) // AtomicStatusUpdate GETs the live object even when it then writes nothing
 		return nil
 	}
-	at := d.charge(2) // the GET, then UpdateStatus
+	d.charge(CallStatusGet, 1)
+	at := d.charge(CallStatusUpdate, 1)
 	o.parent.Status = st
 	o.bump()
 	o.writes++
@@ -631,6 +640,27 @@ func (d *Driver) applyChildren(o *object, children []json.RawMessage) error {
 			want[t] = map[string]json.RawMessage{}
 		}
 		want[t][o.parent.Namespace+"/"+m.Metadata.Name] = b
+	}
+	if d.Budget != nil {
+		// One call per child created, changed or deleted; its watch event enqueues the parent.
+		n := 0
+		for t, objs := range want {
+			for k, b := range objs {
+				if old, ok := o.children[t][k]; !ok || !bytes.Equal(old, b) {
+					n++
+				}
+			}
+		}
+		for t, objs := range o.children {
+			for k := range objs {
+				if _, ok := want[t][k]; !ok {
+					n++
+				}
+			}
+		}
+		if n > 0 {
+			d.enqueue(o, d.charge(CallChild, n))
+		}
 	}
 	o.children = want
 	return nil

@@ -9,8 +9,9 @@ import (
 // client would (an empty value removes the key). A change is an update event, so the parent
 // is enqueued at once, as Metacontroller's updateParentObject does for any update
 // (metacontroller/metacontroller@v4.17.2:pkg/controller/composite/controller.go); a patch
-// that changes nothing is no update and enqueues nothing. The call is not charged to the
-// Budget: it is the patching client's, not Metacontroller's.
+// that changes nothing is no update and enqueues nothing. The call is not charged to
+// Metacontroller's client budget (it is the patching client's), only to the API server's
+// (Budget.ServerRate), once it is served the parent is enqueued.
 func (d *Driver) PatchAnnotations(key string, annotations map[string]string) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -32,10 +33,11 @@ func (d *Driver) PatchAnnotations(key string, annotations map[string]string) err
 	if maps.Equal(next, o.parent.Annotations) || (len(next) == 0 && len(o.parent.Annotations) == 0) {
 		return nil
 	}
+	at := d.chargeOther(CallPatch)
 	o.parent.Annotations = next
 	o.bump()
 	d.metaWrites++
-	d.enqueue(o, d.Clock.Now())
+	d.enqueue(o, at)
 	return nil
 }
 

@@ -20,15 +20,26 @@ type readyResult struct {
 	maxWrites       int
 	calls, patches  int
 	writesHistogram map[int]int
+	// counts is every API call by kind (driver.Budget.Counts), per proxy.
+	counts map[string]float64
 }
 
 // runReady applies n Managed mock proxies at once and runs until all are Ready. The prober is
 // modelled as the health scheduler behaves: a proxy's first probe comes a jittered offset
 // within one interval (30 s) after the fleet view first has its IP, and one success makes
 // it Healthy.
-func runReady(t *testing.T, n int, ms metaSettings, markerQPS float64) readyResult {
+// readyOpts are the parts of a bring-up that are not Metacontroller's settings.
+type readyOpts struct {
+	// applyOver spreads the applies evenly over this long (0: all at once), as kubectl
+	// creating thousands of objects one after another does.
+	applyOver time.Duration
+	// legacyMark marks first verdicts too (the health mark before decision 0172).
+	legacyMark bool
+}
+
+func runReady(t *testing.T, n int, ms metaSettings, markerQPS float64, ro readyOpts) readyResult {
 	t.Helper()
-	e := newSimEnv(t, ms, markerQPS, lifecycle.HealthUnknown)
+	e := newSimEnv(t, ms, markerQPS, lifecycle.HealthUnknown, ro.legacyMark)
 	var mu sync.Mutex
 	var events []event
 	probed := map[string]bool{}
@@ -60,9 +71,19 @@ func runReady(t *testing.T, n int, ms metaSettings, markerQPS float64) readyResu
 		}
 	}
 	for i := range n {
-		if err := e.d.Apply(managed(fmt.Sprintf("edge-%05d", i), zones[i%len(zones)])); err != nil {
-			t.Fatal(err)
+		p := managed(fmt.Sprintf("edge-%05d", i), zones[i%len(zones)])
+		apply := func() {
+			if err := e.d.Apply(p); err != nil {
+				t.Fatal(err)
+			}
 		}
+		if ro.applyOver <= 0 {
+			apply()
+			continue
+		}
+		mu.Lock()
+		pushEvent(&events, event{at: start.Add(ro.applyOver * time.Duration(i) / time.Duration(n)), do: apply})
+		mu.Unlock()
 	}
 	e.run(t, &events, start.Add(48*time.Hour), func() bool { return len(readyAt) >= n })
 	if len(readyAt) < n {
@@ -81,6 +102,10 @@ func runReady(t *testing.T, n int, ms metaSettings, markerQPS float64) readyResu
 	r.half, r.all = times[n/2-1], times[n-1]
 	r.writesPerProxy = float64(total) / float64(n)
 	r.calls, r.patches = e.d.Budget.Calls(), e.d.MetadataWrites()
+	r.counts = map[string]float64{}
+	for k, v := range e.d.Budget.Counts() {
+		r.counts[k] = float64(v) / float64(n)
+	}
 	return r
 }
 
@@ -97,10 +122,10 @@ func TestTimeToReady(t *testing.T) {
 		var times [2]time.Duration
 		for i, ms := range []metaSettings{defaults(), fromEnv(recommended(n))} {
 			t.Run(strconv.Itoa(n)+"/"+[]string{"defaults", "recommended"}[i], func(t *testing.T) {
-				r := runReady(t, n, ms, mark.DefaultQPS)
+				r := runReady(t, n, ms, mark.DefaultQPS, readyOpts{})
 				times[i] = r.all
-				t.Logf("%d Managed proxies applied at once (%s): half Ready after %s, all after %s; %.2f status writes per proxy to Ready (histogram %v); %d Metacontroller API calls, %d annotation patches",
-					n, ms, r.half.Round(time.Second), r.all.Round(time.Second), r.writesPerProxy, r.writesHistogram, r.calls, r.patches)
+				t.Logf("%d Managed proxies applied at once (%s): half Ready after %s, all after %s; %.2f status writes per proxy to Ready (histogram %v); %d Metacontroller API calls, %d annotation patches; calls per proxy %v",
+					n, ms, r.half.Round(time.Second), r.all.Round(time.Second), r.writesPerProxy, r.writesHistogram, r.calls, r.patches, r.counts)
 				if r.maxWrites > maxWritesToReady {
 					t.Errorf("a proxy took %d status writes to Ready, want at most %d", r.maxWrites, maxWritesToReady)
 				}

@@ -7,11 +7,14 @@ package mock
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/proxy-operator/proxy-operator/providers"
@@ -81,6 +84,7 @@ type Call struct {
 // record is an instance as the mock stores it.
 type record struct {
 	inst      providers.Instance
+	addr      string // the instance's loopback address, chosen at Create
 	port      int32
 	deleted   bool
 	stopProxy func()
@@ -94,6 +98,7 @@ type Provider struct {
 
 	mu        sync.Mutex
 	instances map[string]*record // by ID
+	addrs     map[string]string  // address -> ID of the instance holding it
 	faults    []Fault
 	calls     []Call
 }
@@ -131,6 +136,7 @@ func New(cfg Config, opts ...Option) (*Provider, error) {
 		delay:     time.Duration(cfg.ProvisioningDelay),
 		now:       time.Now,
 		instances: map[string]*record{},
+		addrs:     map[string]string{},
 		faults:    slices.Clone(cfg.Faults),
 	}
 	if p.delay == 0 {
@@ -151,13 +157,64 @@ func New(cfg Config, opts ...Option) (*Provider, error) {
 // ID is the provider ID of the instance named name.
 func ID(name string) string { return "mock://" + name }
 
-// Address is the deterministic loopback address of the instance named name: 127.x.y.z with
+// Address is the first loopback address tried for the instance named name: 127.x.y.z with
 // x in 1..254, never 127.0.0.0/16, so it cannot collide with services on 127.0.0.1.
-func Address(name string) string {
-	sum := sha256.Sum256([]byte(name))
+func Address(name string) string { return AddressCandidate(name, 0) }
+
+// MaxAddressCandidates is how many addresses Create tries for one instance before it reports
+// that none is free. Over the 16 million addresses of the range, 64 taken in a row means the
+// range (or the host's listeners) is full, not bad luck.
+const MaxAddressCandidates = 64
+
+// AddressCandidate is the i-th address tried for the instance named name (i = 0 is Address):
+// each a hash of the name and i, so the sequence is the same on every run. Create takes the
+// first one that no other instance of the provider holds and, when it serves proxies, that it
+// can listen on: two names whose first addresses meet (likely with thousands of instances:
+// the birthday bound) both get one.
+func AddressCandidate(name string, i int) string {
+	seed := name
+	if i > 0 {
+		seed = name + "#" + strconv.Itoa(i)
+	}
+	sum := sha256.Sum256([]byte(seed))
 	x := 1 + sum[0]%254
 	y, z := sum[1], 1+sum[2]%254
 	return netip.AddrFrom4([4]byte{127, x, y, z}).String()
+}
+
+// ErrNoFreeAddress is the error of a Create for which none of the MaxAddressCandidates
+// addresses was free; it is reported as a quota error (retried slowly).
+var ErrNoFreeAddress = errors.New("no free loopback address")
+
+// allocate picks the instance's address and, when the provider serves proxies, starts its
+// forward proxy there. Callers hold p.mu.
+func (p *Provider) allocate(req providers.CreateRequest) (addr string, stop func(), err error) {
+	for i := range MaxAddressCandidates {
+		addr = AddressCandidate(req.Name, i)
+		if _, taken := p.addrs[addr]; taken {
+			continue
+		}
+		if p.serve == nil {
+			return addr, nil, nil
+		}
+		stop, err = p.serve(netip.AddrPortFrom(netip.MustParseAddr(addr), uint16(req.Port)).String(), req.Credentials)
+		switch {
+		case err == nil:
+			return addr, stop, nil
+		case errors.Is(err, syscall.EADDRINUSE):
+			// Something outside this provider listens there: try the next address.
+			continue
+		case errors.Is(err, syscall.EMFILE), errors.Is(err, syscall.ENFILE), errors.Is(err, syscall.ENOBUFS):
+			// Out of descriptors or buffers: frees up as other instances go.
+			return "", nil, providers.Wrap(providers.ErrTransient, "mock create", err)
+		default:
+			// The host cannot listen on its loopback range (no 127/8 route, no permission):
+			// asking again changes nothing until someone changes the host.
+			return "", nil, providers.Wrap(providers.ErrPermanent, "mock create", err)
+		}
+	}
+	return "", nil, providers.Wrap(providers.ErrQuotaExceeded, "mock create",
+		fmt.Errorf("%w for %s: the first %d candidates are taken", ErrNoFreeAddress, req.Name, MaxAddressCandidates))
 }
 
 // Inject adds faults at run time.
@@ -234,14 +291,13 @@ func (p *Provider) Create(ctx context.Context, req providers.CreateRequest) (id 
 		CredentialsVersion: req.CredentialsVersion,
 		CreatedAt:          p.now().UTC().Truncate(time.Second),
 	}}
-	if p.serve != nil {
-		stop, err := p.serve(netip.AddrPortFrom(netip.MustParseAddr(Address(req.Name)), uint16(req.Port)).String(), req.Credentials)
-		if err != nil {
-			return "", providers.Wrap(providers.ErrTransient, "mock create", err)
-		}
-		r.stopProxy = stop
+	addr, stop, err := p.allocate(req)
+	if err != nil {
+		return "", err
 	}
+	r.addr, r.stopProxy = addr, stop
 	p.instances[id] = r
+	p.addrs[addr] = id
 	return id, nil
 }
 
@@ -252,7 +308,7 @@ func (p *Provider) view(r *record) providers.Instance {
 		in.State = providers.StateRunning
 	}
 	if in.State == providers.StateRunning {
-		in.IP = Address(in.Name)
+		in.IP = r.addr
 	} else {
 		in.IP = ""
 	}
@@ -300,6 +356,9 @@ func (p *Provider) Delete(ctx context.Context, id string) (err error) {
 	if r, ok := p.instances[id]; ok {
 		stop = r.stopProxy
 		delete(p.instances, id)
+		if p.addrs[r.addr] == id {
+			delete(p.addrs, r.addr)
+		}
 	}
 	return nil
 }
@@ -340,7 +399,20 @@ func (p *Provider) Seed(instances ...providers.Instance) {
 	defer p.mu.Unlock()
 	for _, in := range instances {
 		in.IP = ""
-		p.instances[in.ID] = &record{inst: in}
+		if old, ok := p.instances[in.ID]; ok && p.addrs[old.addr] == in.ID {
+			delete(p.addrs, old.addr)
+		}
+		r := &record{inst: in}
+		for i := range MaxAddressCandidates {
+			if a := AddressCandidate(in.Name, i); p.addrs[a] == "" {
+				r.addr = a
+				break
+			}
+		}
+		if r.addr != "" {
+			p.addrs[r.addr] = in.ID
+		}
+		p.instances[in.ID] = r
 	}
 }
 

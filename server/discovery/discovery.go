@@ -33,6 +33,7 @@ const (
 	MinLeaseTTL               = time.Second
 	DefaultMaxRetryAfter      = 7 * 24 * time.Hour
 	DefaultDiscoveryBodyBytes = 64 << 10
+	DefaultMaxConns           = 1024
 
 	maxSelectorPairs = 32
 	maxAttrKeyLen    = 63
@@ -91,6 +92,9 @@ type Discovery struct {
 	MaxTTL        time.Duration
 	MaxRetryAfter time.Duration
 	MaxBodyBytes  int64
+	// MaxConns bounds the listener's open connections (0: DefaultMaxConns); idle ones make
+	// room for new ones (httpx.ConnLimit). An idle connection costs about 22 KiB.
+	MaxConns int
 
 	once       sync.Once
 	lastActive atomic.Int64 // the gauge's value when the store cannot answer
@@ -140,9 +144,9 @@ func (d *Discovery) init() {
 	}
 	d.refused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "proxy_operator_lease_reports_refused_total",
-		Help: "Crawler reports refused because the cooldown bound was reached, by limit (per_proxy or total).",
+		Help: "Crawler reports refused because a cooldown bound was reached, by limit (per_proxy, per_namespace or total).",
 	}, []string{"limit"})
-	for _, l := range []string{"per_proxy", "total"} {
+	for _, l := range []string{"per_proxy", "per_namespace", "total"} {
 		d.refused.WithLabelValues(l)
 	}
 	d.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -208,14 +212,20 @@ func (d *Discovery) Handler() http.Handler {
 
 // Server returns the discovery listener's server with every timeout set.
 func (d *Discovery) Server(addr string) *http.Server {
+	n := d.MaxConns
+	if n <= 0 {
+		n = DefaultMaxConns
+	}
 	return &http.Server{
 		Addr:              addr,
 		Handler:           d.Handler(),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      15 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    16 << 10,
+		// Crawlers lease, report and release within seconds; one that idles longer reconnects.
+		IdleTimeout:    30 * time.Second,
+		MaxHeaderBytes: 16 << 10,
+		ConnState:      httpx.NewConnLimit(n).ConnState,
 	}
 }
 
@@ -250,8 +260,11 @@ func (d *Discovery) serve(h httpx.HandlerFunc) http.HandlerFunc {
 			return &httpx.Error{Code: http.StatusBadRequest, Message: "invalid lease request", Err: err}
 		case errors.As(err, &tm):
 			limit := "total"
-			if tm.Scope == "proxy" {
+			switch tm.Scope {
+			case "proxy":
 				limit = "per_proxy"
+			case "namespace":
+				limit = "per_namespace"
 			}
 			d.refused.WithLabelValues(limit).Inc()
 			return &httpx.Error{Code: http.StatusTooManyRequests, Err: err,

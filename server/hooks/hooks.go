@@ -38,7 +38,10 @@ type HealthSource interface {
 
 // Defaults for Hooks fields left zero.
 const (
-	DefaultMaxBodyBytes    = 4 << 20
+	DefaultMaxBodyBytes = 4 << 20
+	// DefaultMaxConns: Metacontroller runs a few workers per controller; room for several
+	// replicas of it and probes.
+	DefaultMaxConns        = 128
 	DefaultProviderTimeout = 8 * time.Second
 	DefaultMaxInFlight     = 64
 	// DefaultBodyReadTimeout bounds reading one hook body, before a call slot is taken:
@@ -76,6 +79,9 @@ type Hooks struct {
 	// Budget bounds the memory hook bodies hold at once, in bytes (nil: sized from the
 	// process's memory limit, membudget.Limit). Beyond it the answer is 429 with Retry-After.
 	Budget *membudget.Budget
+	// MaxConns bounds the hook listener's open connections (0: DefaultMaxConns); idle ones
+	// make room for new ones (httpx.ConnLimit).
+	MaxConns int
 	// BodyReadTimeout bounds reading a body (0: DefaultBodyReadTimeout); 408 beyond it.
 	BodyReadTimeout time.Duration
 	// Egress, when set, refuses External endpoints the egress policy denies (the Proxy fails
@@ -195,13 +201,20 @@ func (h *Hooks) build() {
 // provider calls, so writes get room for both.
 func (h *Hooks) Server() *http.Server {
 	handler := h.Handler()
+	n := h.MaxConns
+	if n <= 0 {
+		n = DefaultMaxConns
+	}
 	return &http.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      2*h.ProviderTimeout + 10*time.Second,
-		IdleTimeout:       120 * time.Second,
-		MaxHeaderBytes:    64 << 10,
+		// Metacontroller calls often (every resync) and reconnects cheaply: an idle
+		// connection is not worth holding long.
+		IdleTimeout:    30 * time.Second,
+		MaxHeaderBytes: 64 << 10,
+		ConnState:      httpx.NewConnLimit(n).ConnState,
 	}
 }
 

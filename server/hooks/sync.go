@@ -306,6 +306,7 @@ func (h *Hooks) record(log *slog.Logger, p *v1.Proxy, d lifecycle.Decision, cred
 		Deleting:    p.DeletionTimestamp != nil || d.Status.Phase == v1.PhaseDeleting,
 		Credentials: creds,
 		// A pool drains a member by labelling it; the lease store then grants it no lease.
-		Draining: p.Labels[v1.PoolDrainingLabel] == "true",
+		Draining:        p.Labels[v1.PoolDrainingLabel] == "true",
+		AwaitingVerdict: d.ProbeIP != "",
 	})
 }
