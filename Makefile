@@ -15,7 +15,7 @@ RUN_ARGS      ?= -hook-addr 127.0.0.1:8080 -discovery-addr 127.0.0.1:8090 -disco
 # (scripts/quickstart.sh spells the same flags out), so none rebuilds what another built.
 GO_BUILD      = CGO_ENABLED=0 $(GO) build -trimpath
 
-.PHONY: help build run demo test test-go test-python generate verify vet fmt bench bench-probes bench-discovery bench-gateway bench-crawl docker-build fuzz load scale attack
+.PHONY: help build run demo test test-go test-python generate verify vet fmt bench bench-probes bench-discovery bench-gateway bench-crawl bench-crawl-score docker-build fuzz load scale attack
 
 ## help: list the targets and what each does
 help:
@@ -103,6 +103,13 @@ CRAWL_ARGS ?= -v
 ## bench-crawl: one crawl job with the random, rotating, leases and gateway strategies (about 7 minutes)
 bench-crawl:
 	$(GO) run ./test/crawl/cmd/crawlbench $(CRAWL_ARGS)
+
+# bench-crawl-score: the same job on a farm where every site refuses 4 of the 16 proxies as
+# datacenter addresses and answers 4 others 1 s late (their probes too); 6 workers, a fresh lease every 5 pages; leases
+# with the quality score (the default) and without it (-lease-by-quality=false). About 4 minutes.
+## bench-crawl-score: leases with and without the quality score on a farm with datacenter and slow proxies (about 4 minutes)
+bench-crawl-score:
+	$(GO) run ./bench/crawl/cmd/crawlbench -degraded $(CRAWL_ARGS)
 
 # fuzz runs every fuzz target in the module for FUZZTIME each, one after another (go test
 # -fuzz takes one target per run). CI runs it with FUZZTIME=10s; a crash is saved under the

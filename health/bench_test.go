@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -27,6 +28,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/proxy-operator/proxy-operator/health/geoip"
+	"github.com/proxy-operator/proxy-operator/health/geoip/geoiptest"
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
 	"github.com/proxy-operator/proxy-operator/providers/mock"
 )
@@ -54,6 +57,7 @@ func TestMain(m *testing.M) {
 type stubInfo struct {
 	Proxies []string `json:"proxies"`
 	Target  string   `json:"target"`
+	Echo    string   `json:"echo"`
 	CertDER []byte   `json:"certDER"`
 }
 
@@ -77,6 +81,14 @@ func serveStub(in io.Reader, out io.Writer) error {
 	}
 	go func() { _ = srv.ServeTLS(ln, "", "") }()
 	info := stubInfo{Target: "https://" + ln.Addr().String() + "/generate_204", CertDER: cert.Certificate[0]}
+	echoLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	echo := &http.Server{Handler: EchoHandler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: log.New(io.Discard, "", 0)}
+	go func() { _ = echo.Serve(echoLn) }()
+	defer echo.Close()
+	info.Echo = "http://" + echoLn.Addr().String() + "/ip"
 	for range stubProxies {
 		free, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -206,7 +218,18 @@ func BenchmarkProbeScheduler(b *testing.B) {
 			p := proxyAt(b, fmt.Sprintf("bench/p%05d", i), net.JoinHostPort(host, port), info.Target, 10, 5, 3, 1)
 			view.Upsert(p)
 		}
-		s, err := New(Config{View: view, Prober: prober, Workers: workers, Registerer: prometheus.NewRegistry(), Log: slog.New(slog.DiscardHandler)})
+		// Every proxy's exit is checked against the stub's echo on its first probe (the
+		// default 5 min interval puts exactly one check per proxy in the window), and looked
+		// up in country and ASN databases built for the run.
+		dir := b.TempDir()
+		geoiptest.WriteCountry(b, filepath.Join(dir, "c.mmdb"), geoiptest.Network{CIDR: "127.0.0.0/8", Country: "US"})
+		geoiptest.WriteASN(b, filepath.Join(dir, "a.mmdb"), geoiptest.Network{CIDR: "127.0.0.0/8", ASN: 64500})
+		geo, err := geoip.Open(geoip.Config{CountryPath: filepath.Join(dir, "c.mmdb"), ASNPath: filepath.Join(dir, "a.mmdb")})
+		if err != nil {
+			b.Fatal(err)
+		}
+		s, err := New(Config{View: view, Prober: prober, Workers: workers, Registerer: prometheus.NewRegistry(), Log: slog.New(slog.DiscardHandler),
+			ExitURL: info.Echo, Geo: geo})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -216,6 +239,7 @@ func BenchmarkProbeScheduler(b *testing.B) {
 			latency  []time.Duration
 			done     int
 			failed   int
+			exits    int
 			kinds    = map[string]int{}
 			start    time.Time
 		)
@@ -231,6 +255,9 @@ func BenchmarkProbeScheduler(b *testing.B) {
 				return
 			}
 			done++
+			if r.Exit.IsValid() {
+				exits++
+			}
 			lateness = append(lateness, started.Sub(due))
 			latency = append(latency, r.Latency)
 			if !r.OK {
@@ -284,6 +311,7 @@ func BenchmarkProbeScheduler(b *testing.B) {
 		slices.Sort(latency)
 		p99 := lateness[min(len(lateness)-1, len(lateness)*99/100)]
 		b.ReportMetric(float64(done)/float64(due), "done/due")
+		b.ReportMetric(float64(exits), "exit-checks")
 		b.ReportMetric(float64(p99.Microseconds())/1000, "p99-late-ms")
 		b.ReportMetric(float64(latency[len(latency)*99/100].Microseconds())/1000, "p99-probe-ms")
 		b.ReportMetric(cpu/float64(done)*1000, "cpu-s/1k-probes")
@@ -292,9 +320,9 @@ func BenchmarkProbeScheduler(b *testing.B) {
 		b.ReportMetric(float64(peakG.Load()), "peak-goroutines")
 		b.ReportMetric(peakRSSMB(), "peak-rss-MB")
 		b.ReportMetric(0, "ns/op")
-		b.Logf("window %v: %d proxies at %v, %d workers: done %d / due %d, failed %d %v; p50 late %v, p99 late %v; p50 probe %v, p99 probe %v; "+
+		b.Logf("window %v: %d proxies at %v, %d workers: done %d / due %d (%d with an exit check), failed %d %v; p50 late %v, p99 late %v; p50 probe %v, p99 probe %v; "+
 			"cpu %.1fs (%.3f s/1k probes; bare %.3f s/1k over %d probes, %d failed); goroutines base %d peak %d; peak RSS %.0f MB",
-			window, fleetSize, interval, workers, done, due, failed, kinds, lateness[len(lateness)/2], p99, latency[len(latency)/2], latency[len(latency)*99/100],
+			window, fleetSize, interval, workers, done, due, exits, failed, kinds, lateness[len(lateness)/2], p99, latency[len(latency)/2], latency[len(latency)*99/100],
 			cpu, cpu/float64(done)*1000, bareCPU, bareProbes.Load(), bareFails.Load(), baseGoroutines, peakG.Load(), peakRSSMB())
 	}
 }

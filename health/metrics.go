@@ -15,6 +15,9 @@ type metrics struct {
 	byProxy  bool
 	failures *prometheus.CounterVec
 	lateness prometheus.Histogram
+	// score is each proxy's quality score (0-1); exitChecks counts exit checks by result.
+	score      *prometheus.GaugeVec
+	exitChecks *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, byProxy bool) (*metrics, error) {
@@ -38,11 +41,19 @@ func newMetrics(reg prometheus.Registerer, byProxy bool) (*metrics, error) {
 			Help:    "How long after its slot a probe started: grows when the worker pool is too small.",
 			Buckets: []float64{.001, .005, .01, .05, .1, .5, 1, 5, 10, 30},
 		}),
+		score: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "proxy_operator_proxy_quality_score",
+			Help: "Quality score of a proxy, 0 (bad) to 1 (good), from probes and crawler reports with decay; status shows its band.",
+		}, []string{"proxy"}),
+		exitChecks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "proxy_operator_exit_checks_total",
+			Help: "Exit checks (echo requests through a proxy) by result: ok or failed.",
+		}, []string{"result"}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.duration, m.failures, m.lateness} {
+	for _, c := range []prometheus.Collector{m.duration, m.failures, m.lateness, m.score, m.exitChecks} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("%w: register metrics: %w", ErrConfig, err)
 		}
@@ -71,4 +82,5 @@ func (m *metrics) forget(proxy string) {
 		m.duration.DeleteLabelValues(proxy)
 	}
 	m.failures.DeleteLabelValues(proxy)
+	m.score.DeleteLabelValues(proxy)
 }

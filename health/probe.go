@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"slices"
@@ -61,6 +62,9 @@ type Target struct {
 	Credentials *providers.Credentials
 	// Dest says whose endpoint the proxy is, for the egress policy.
 	Dest netpolicy.Dest
+	// ExitURL, when set, is fetched through the proxy after a successful probe, within its
+	// own Timeout: its answer is the address the far side saw (see ParseEcho).
+	ExitURL string
 }
 
 // Result is the outcome of one probe.
@@ -74,6 +78,10 @@ type Result struct {
 	Kind string
 	// Err is the cause of a failure, for logs.
 	Err error
+	// Exit is the address the exit check learned (invalid when none ran or it failed);
+	// ExitErr says why it failed. A failed exit check does not fail the probe.
+	Exit    netip.Addr
+	ExitErr error
 }
 
 // Prober makes probes. Every probe opens fresh connections so that a pooled connection can
@@ -163,6 +171,7 @@ func (p *HTTPProber) Probe(ctx context.Context, t Target) Result {
 	proxyURL := t.Credentials.ProxyURL(t.Proxy)
 	ctx = context.WithValue(ctx, proxyKey{}, proxyURL)
 	ctx = netpolicy.WithDest(ctx, t.Dest)
+	parent := ctx
 	if t.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, t.Timeout)
@@ -181,7 +190,11 @@ func (p *HTTPProber) Probe(ctx context.Context, t Target) Result {
 	_, _ = io.Copy(io.Discard, io.LimitReader(res.Body, maxBodyBytes))
 	_ = res.Body.Close()
 	if slices.Contains(t.Expected, int32(res.StatusCode)) {
-		return Result{OK: true, Latency: lat, Status: res.StatusCode}
+		r := Result{OK: true, Latency: lat, Status: res.StatusCode}
+		if t.ExitURL != "" {
+			r.Exit, r.ExitErr = p.exit(parent, t)
+		}
+		return r
 	}
 	if res.StatusCode == http.StatusProxyAuthRequired {
 		// Only the proxy answers 407 (a target cannot ask for proxy credentials).
@@ -190,6 +203,38 @@ func (p *HTTPProber) Probe(ctx context.Context, t Target) Result {
 	}
 	return Result{Latency: lat, Status: res.StatusCode, Kind: "status_" + strconv.Itoa(res.StatusCode),
 		Err: errors.New("unexpected status " + res.Status)}
+}
+
+// exit fetches t.ExitURL through the proxy (ctx carries it) and reads the address, within a
+// timeout of its own so a slow health answer does not starve it.
+func (p *HTTPProber) exit(ctx context.Context, t Target) (netip.Addr, error) {
+	if t.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, t.Timeout)
+		defer cancel()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, t.ExitURL, nil)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("exit check: %w", err)
+	}
+	req.Header.Set("User-Agent", "proxy-operator-probe")
+	req.Header.Set("Accept", "application/json, text/plain;q=0.9")
+	res, err := p.tr.RoundTrip(req)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("exit check: %s: %w", classify(ctx, err), err)
+	}
+	defer func() { _ = res.Body.Close() }()
+	if res.StatusCode != http.StatusOK {
+		return netip.Addr{}, fmt.Errorf("exit check: %w: status %s", ErrEcho, res.Status)
+	}
+	body, err := io.ReadAll(io.LimitReader(res.Body, maxEchoBytes+1))
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("exit check: %s: %w", classify(ctx, err), err)
+	}
+	if len(body) > maxEchoBytes {
+		return netip.Addr{}, fmt.Errorf("exit check: %w: longer than %d bytes", ErrEcho, maxEchoBytes)
+	}
+	return ParseEcho(body)
 }
 
 // Close drops any connection the transport still holds.

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"net/netip"
 	"strconv"
 	"sync"
 	"time"
@@ -45,10 +46,29 @@ type Config struct {
 	FleetDurationOnly bool
 	// Log receives health transitions (nil: discarded).
 	Log *slog.Logger
-	// OnTransition, when set, is told of every verdict transition after it is published, on
-	// the scheduling loop: it must not block (healthmark.Marker.Notify does not).
+	// OnTransition, when set, is told of every verdict transition after it is published
+	// (health state, exit, band), on the scheduling loop or in Report's caller: it must not
+	// block (healthmark.Marker.Notify does not).
 	OnTransition func(key string, h lifecycle.Health)
+
+	// ExitURL is the echo URL exit checks fetch for proxies whose spec.verify names none
+	// (empty: those proxies get no exit check).
+	ExitURL string
+	// ExitInterval is how often each proxy's exit is checked (0: DefaultExitInterval). The
+	// check rides on a successful probe, as a second request through the proxy.
+	ExitInterval time.Duration
+	// Geo answers the country and network of exits (nil: none known).
+	Geo Geo
+	// ScoreHalfLife is how fast outcomes fade from the quality score (0:
+	// DefaultScoreHalfLife); SlowProbe is the latency beyond which a successful probe
+	// counts as slow (0: DefaultSlowProbe).
+	ScoreHalfLife time.Duration
+	SlowProbe     time.Duration
 }
+
+// DefaultExitInterval paces exit checks: an exit rarely moves, and each check is one more
+// request through the proxy.
+const DefaultExitInterval = 5 * time.Minute
 
 // Scheduler probes the fleet on one scheduling loop and a bounded pool of workers, and keeps
 // a verdict per proxy that Health reads without waiting on any probe.
@@ -68,8 +88,15 @@ type Scheduler struct {
 	// onResult, when set, sees every probe result (tests and the benchmark).
 	onResult func(key string, due, start time.Time, r Result)
 
+	exitURL      string
+	exitInterval time.Duration
+	geo          Geo
+	halfLife     time.Duration
+	slowProbe    time.Duration
+
 	mu        sync.RWMutex
 	published map[string]lifecycle.Health
+	scores    map[string]*score
 }
 
 // New returns a Scheduler; call Run to start probing.
@@ -83,7 +110,17 @@ func New(c Config) (*Scheduler, error) {
 	s := &Scheduler{
 		view: c.View, prober: c.Prober, workers: c.Workers, now: c.Now, log: c.Log,
 		unit: time.Second, jitter: rand.N[time.Duration], published: map[string]lifecycle.Health{},
-		onTransition: c.OnTransition,
+		onTransition: c.OnTransition, scores: map[string]*score{},
+		exitURL: c.ExitURL, exitInterval: c.ExitInterval, geo: c.Geo, halfLife: c.ScoreHalfLife, slowProbe: c.SlowProbe,
+	}
+	if s.exitInterval <= 0 {
+		s.exitInterval = DefaultExitInterval
+	}
+	if s.halfLife <= 0 {
+		s.halfLife = DefaultScoreHalfLife
+	}
+	if s.slowProbe <= 0 {
+		s.slowProbe = DefaultSlowProbe
 	}
 	if s.workers == 0 {
 		s.workers = DefaultWorkers
@@ -118,16 +155,63 @@ func (s *Scheduler) Health(key string) lifecycle.Health {
 	return lifecycle.Health{State: lifecycle.HealthUnknown}
 }
 
-func (s *Scheduler) publish(key string, h lifecycle.Health) {
+// publish makes h the verdict Health returns, with the band of the proxy's score.
+func (s *Scheduler) publish(key string, h lifecycle.Health) lifecycle.Health {
 	s.mu.Lock()
+	if sc := s.scores[key]; sc != nil {
+		h.Band = sc.band
+	}
 	s.published[key] = h
 	s.mu.Unlock()
+	return h
 }
 
 func (s *Scheduler) unpublish(key string) {
 	s.mu.Lock()
 	delete(s.published, key)
+	delete(s.scores, key)
 	s.mu.Unlock()
+}
+
+// Report folds an outcome a crawler (or the gateway) saw through the proxy into its quality
+// score at time at. A proxy the prober does not know is ignored. Safe for concurrent use.
+func (s *Scheduler) Report(key string, o Outcome, at time.Time) {
+	if h, changed := s.grade(key, o, at, 1); changed {
+		s.log.Info("proxy quality band changed", "proxy", key, "band", string(h.Band))
+		if s.onTransition != nil {
+			s.onTransition(key, h)
+		}
+	}
+}
+
+// grade adds an outcome (its weight times scale) to key's score; when the band moves, the
+// published verdict takes it.
+func (s *Scheduler) grade(key string, o Outcome, at time.Time, scale float64) (lifecycle.Health, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h, ok := s.published[key]
+	sc := s.scores[key]
+	if !ok || sc == nil {
+		return h, false
+	}
+	changed := sc.add(o, at, s.halfLife, scale)
+	s.metrics.score.WithLabelValues(key).Set(sc.value())
+	if changed {
+		h.Band = sc.band
+		s.published[key] = h
+	}
+	return h, changed
+}
+
+// probeOutcome is how the score weighs a probe result.
+func (s *Scheduler) probeOutcome(r Result) Outcome {
+	switch {
+	case !r.OK:
+		return OutcomeProbeFailed
+	case r.Latency > s.slowProbe:
+		return OutcomeProbeSlow
+	}
+	return OutcomeProbeOK
 }
 
 func probeable(p fleet.Proxy) bool { return p.IP != "" && p.Port > 0 && !p.Deleting }
@@ -141,6 +225,11 @@ type entry struct {
 	fail     int32
 	succeed  int32
 	verdict  *verdict
+	// proxy is the record the exit verdict was made against; exitURL is the echo to ask and
+	// exitDue when (no check before it).
+	proxy   fleet.Proxy
+	exitURL string
+	exitDue time.Time
 
 	due    time.Time // the slot of the next (or running) probe
 	index  int       // in the heap; -1 while a probe runs
@@ -252,13 +341,20 @@ func (l *loop) sync(ps []fleet.Proxy) {
 			p.Recorded = lifecycle.Health{}
 		}
 		if !ok {
-			e = &entry{key: p.Key, uid: p.UID, index: -1, verdict: newVerdict(p.Recorded)}
+			e = &entry{key: p.Key, uid: p.UID, index: -1, verdict: newVerdict(p.Recorded), proxy: p}
 			e.due = s.now().Add(s.jitter(interval))
 			l.entries[p.Key] = e
 			heap.Push(&l.heap, e)
+			s.mu.Lock()
+			s.scores[e.key] = newScore(p.Recorded.Band)
+			s.mu.Unlock()
+			l.reverify(e, p)
 			s.publish(e.key, e.verdict.health)
 			s.metrics.known(e.key)
-		} else if interval < e.interval && e.index >= 0 {
+		} else if !e.proxy.SameVerification(p) {
+			l.reverify(e, p)
+		}
+		if ok && interval < e.interval && e.index >= 0 {
 			if latest := s.now().Add(interval); e.due.After(latest) {
 				e.due = latest
 				heap.Fix(&l.heap, e.index)
@@ -266,10 +362,37 @@ func (l *loop) sync(ps []fleet.Proxy) {
 		}
 		e.target, e.interval = t, interval
 		e.fail, e.succeed = hc.FailureThreshold, hc.SuccessThreshold
+		e.proxy = p
+		exitURL := s.exitURL
+		if p.Verify != nil && p.Verify.ExitURL != "" {
+			exitURL = p.Verify.ExitURL
+		}
+		if exitURL != e.exitURL {
+			e.exitURL, e.exitDue = exitURL, time.Time{}
+		}
 	}
 	for key, e := range l.entries {
 		if _, ok := keep[key]; !ok {
 			l.remove(e)
+		}
+	}
+}
+
+// reverify judges the exit e already knows against p's verification (a changed spec.verify
+// or attributes, or a proxy picked up with an exit its status recorded), publishing a change.
+func (l *loop) reverify(e *entry, p fleet.Proxy) {
+	e.proxy = p
+	old := e.verdict.health.Exit
+	addr, err := netip.ParseAddr(old.IP)
+	if err != nil {
+		return
+	}
+	if ex := exitOf(p, addr, l.s.geo); ex != old {
+		e.verdict.health.Exit = ex
+		h := l.s.publish(e.key, e.verdict.health)
+		l.s.log.Info("proxy exit verdict changed", "proxy", e.key, "exit", ex.IP, "mismatch", ex.Mismatch)
+		if l.s.onTransition != nil {
+			l.s.onTransition(e.key, h)
 		}
 	}
 }
@@ -298,7 +421,11 @@ func (l *loop) dispatch() {
 		e.cancel = cancel
 		l.busy++
 		l.s.metrics.lateness.Observe(now.Sub(e.due).Seconds())
-		l.jobs <- job{e: e, ctx: ctx, target: e.target, due: e.due}
+		t := e.target
+		if e.exitURL != "" && !now.Before(e.exitDue) {
+			t.ExitURL = e.exitURL
+		}
+		l.jobs <- job{e: e, ctx: ctx, target: t, due: e.due}
 	}
 }
 
@@ -323,13 +450,29 @@ func (l *loop) finish(d done) {
 			"to", string(e.verdict.health.State), "reason", e.verdict.health.Reason,
 			"latencyMillis", e.verdict.health.LatencyMillis)
 	}
-	if changed || prev.LatencyMillis != e.verdict.health.LatencyMillis {
+	now := s.now()
+	exitChanged := false
+	switch {
+	case d.res.Exit.IsValid():
+		e.exitDue = now.Add(s.exitInterval)
+		s.metrics.exitChecks.WithLabelValues("ok").Inc()
+		if ex := exitOf(e.proxy, d.res.Exit, s.geo); ex != e.verdict.health.Exit {
+			s.log.Info("proxy exit changed", "proxy", e.key, "from", e.verdict.health.Exit.IP, "to", ex.IP,
+				"country", ex.Country, "asn", ex.ASN, "mismatch", ex.Mismatch)
+			e.verdict.health.Exit, exitChanged = ex, true
+		}
+	case d.res.ExitErr != nil:
+		// The exit stays what it was; the next probe asks again.
+		s.metrics.exitChecks.WithLabelValues("failed").Inc()
+		s.log.Debug("exit check failed", "proxy", e.key, "err", d.res.ExitErr)
+	}
+	_, bandChanged := s.grade(e.key, s.probeOutcome(d.res), d.start, probeScale(e.interval))
+	if changed || exitChanged || prev.LatencyMillis != e.verdict.health.LatencyMillis {
 		s.publish(e.key, e.verdict.health)
 	}
-	if changed && s.onTransition != nil {
-		s.onTransition(e.key, e.verdict.health)
+	if (changed || exitChanged || bandChanged) && s.onTransition != nil {
+		s.onTransition(e.key, s.Health(e.key))
 	}
-	now := s.now()
 	e.due = d.due.Add(e.interval)
 	if e.due.Before(now) {
 		e.due = now

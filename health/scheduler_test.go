@@ -92,6 +92,7 @@ func TestSchedulerThroughStubProxy(t *testing.T) {
 		"proxy_operator_healthcheck_duration_seconds": 2,
 		"proxy_operator_healthcheck_failures_total":   2,
 		"proxy_operator_healthcheck_lateness_seconds": 1,
+		"proxy_operator_proxy_quality_score":          2,
 	}
 	if diff := cmp.Diff(want, series); diff != "" {
 		t.Errorf("metric series mismatch (-want +got):\n%s", diff)

@@ -12,10 +12,11 @@ import (
 )
 
 // startSquid runs a real Squid on a free loopback port that allows CONNECT only to
-// allowPort, and returns its address. It stops when the test ends.
-func startSquid(t *testing.T, allowPort string) string {
+// allowPort, and returns its address; extra lines are added to its config. It stops when the
+// test ends.
+func startSquid(t *testing.T, allowPort string, extra ...string) string {
 	t.Helper()
-	return squidtest.Start(t, squidtest.Options{ConnectPorts: []string{allowPort}})
+	return squidtest.Start(t, squidtest.Options{ConnectPorts: []string{allowPort}, Extra: extra})
 }
 
 func TestSchedulerThroughRealSquid(t *testing.T) {

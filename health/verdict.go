@@ -29,7 +29,8 @@ func newVerdict(recorded lifecycle.Health) *verdict {
 		v.health.Reason = ""
 	case lifecycle.HealthUnhealthy:
 	default:
-		v.health = lifecycle.Health{State: lifecycle.HealthUnknown, LatencyMillis: recorded.LatencyMillis}
+		v.health = lifecycle.Health{State: lifecycle.HealthUnknown, LatencyMillis: recorded.LatencyMillis,
+			Exit: recorded.Exit, Band: recorded.Band}
 	}
 	return v
 }

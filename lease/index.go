@@ -22,6 +22,7 @@ type entry struct {
 	healthy bool  // leasable by the last verdict the index saw
 	denied  bool  // refused by Config.Admit: never leased
 	latency int64 // from that verdict
+	rank    int   // the verdict's band (v1.BandRank), 0 when bands are not preferred
 	bucket  *bucket
 	inTree  bool
 }
@@ -38,8 +39,12 @@ type bucket struct {
 	full      int
 }
 
-// less orders a bucket's tree: fewest leases, then lowest latency, then key for a stable order.
+// less orders a bucket's tree: best quality band, then fewest leases, then lowest latency,
+// then key for a stable order.
 func less(a, b *entry) bool {
+	if a.rank != b.rank {
+		return a.rank > b.rank
+	}
 	if a.load != b.load {
 		return a.load < b.load
 	}

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
 	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
 )
@@ -92,6 +93,9 @@ type Config struct {
 	// Observe, when set, is called with every change while the store's lock is held: it
 	// must be quick and must not call back into the store.
 	Observe func(Event)
+	// PreferBand orders candidates by the verdict's quality band before load and latency
+	// (decision 0142); off, bands are ignored.
+	PreferBand bool
 }
 
 // Memory is the in-memory Store. Selection goes through an index: proxies are grouped in
@@ -344,7 +348,7 @@ func (m *Memory) check(e *entry, target string, now time.Time) (lifecycle.Health
 }
 
 func (m *Memory) grant(e *entry, h lifecycle.Health, r Request, now time.Time) Lease {
-	m.move(e, func() { e.load++; e.healthy, e.latency = true, h.LatencyMillis })
+	m.move(e, func() { e.load++; e.healthy, e.latency, e.rank = true, h.LatencyMillis, m.rank(h) })
 	l := &held{id: newID(), proxy: e.p.Key, target: r.Target, session: r.SessionKey, ttl: r.TTL, expires: now.Add(r.TTL)}
 	m.leases[l.id] = l
 	heap.Push(&m.expiry, l)
@@ -739,7 +743,7 @@ func (m *Memory) syncLocked(now time.Time) {
 		e.p = p
 		e.denied = m.cfg.Admit != nil && m.cfg.Admit(p) != nil
 		h := m.cfg.Health.Health(p.Key)
-		e.healthy, e.latency = !e.denied && Leasable(p, h), h.LatencyMillis
+		e.healthy, e.latency, e.rank = !e.denied && Leasable(p, h), h.LatencyMillis, m.rank(h)
 		m.attach(e)
 	}
 	var gone map[string]bool
@@ -764,10 +768,20 @@ func (m *Memory) syncLocked(now time.Time) {
 }
 
 // Leasable is the one definition of a healthy proxy for crawlers: the prober says Healthy,
-// the Proxy is not being deleted or drained out of its pool and has an address. Leases
-// already held on a draining proxy run to their end.
+// the Proxy is not being deleted or drained out of its pool, has an address, and its exit
+// does not fail a verification that excludes it (spec.verify.onMismatch). Leases already
+// held on a draining proxy run to their end.
 func Leasable(p fleet.Proxy, h lifecycle.Health) bool {
-	return h.State == lifecycle.HealthHealthy && !p.Deleting && !p.Draining && p.IP != ""
+	return h.State == lifecycle.HealthHealthy && !p.Deleting && !p.Draining && p.IP != "" &&
+		(h.Exit.Mismatch == "" || !p.ExcludesMismatch())
+}
+
+// rank is the index's band rank of a verdict: 0 for all when bands are not preferred.
+func (m *Memory) rank(h lifecycle.Health) int {
+	if !m.cfg.PreferBand {
+		return 0
+	}
+	return v1.BandRank(h.Band)
 }
 
 // RefreshHealth re-reads every proxy's verdict so the index orders by current latency and
@@ -783,10 +797,11 @@ func (m *Memory) RefreshHealth() {
 
 func (m *Memory) refreshEntry(e *entry, h lifecycle.Health) {
 	ok := !e.denied && Leasable(e.p, h)
-	if ok == e.healthy && h.LatencyMillis == e.latency {
+	rank := m.rank(h)
+	if ok == e.healthy && h.LatencyMillis == e.latency && rank == e.rank {
 		return
 	}
-	m.move(e, func() { e.healthy, e.latency = ok, h.LatencyMillis })
+	m.move(e, func() { e.healthy, e.latency, e.rank = ok, h.LatencyMillis, rank })
 }
 
 func newID() string {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"net/url"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -33,6 +34,7 @@ type Config struct {
 	GC        GCConfig
 	Kube      KubeConfig
 	Demo      DemoConfig
+	Quality   QualityConfig
 	// Gateway is the crawlers' proxy gateway (server/gateway), served on Gateway.Addr beside
 	// the discovery API over the same lease store and tokens; an empty Addr: none.
 	Gateway gateway.Config
@@ -151,6 +153,41 @@ type HealthConfig struct {
 	Log *slog.Logger
 }
 
+// QualityConfig is what the target sees: the exit check and its echo, the GeoIP databases,
+// and the quality score with its place in the lease choice (decisions 0140-0143).
+type QualityConfig struct {
+	// EchoAddr, when set, is where the operator answers each caller's address (the exit
+	// check's echo, for clusters where proxies can reach the operator).
+	EchoAddr string
+	// ExitURL is the echo URL exit checks fetch for proxies whose spec.verify names none
+	// (empty: those proxies get no exit check); ExitInterval paces the checks (0:
+	// health.DefaultExitInterval).
+	ExitURL      string
+	ExitInterval time.Duration
+	// GeoIPDB and ASNDB are MaxMind-format files (Country or City, and ASN) the exit's
+	// country and network are read from; each is reloaded when it changes.
+	GeoIPDB, ASNDB string
+	// ScoreHalfLife is how fast outcomes fade from the quality score (0:
+	// health.DefaultScoreHalfLife); SlowProbe is the probe latency beyond which a success
+	// counts as slow (0: health.DefaultSlowProbe).
+	ScoreHalfLife, SlowProbe time.Duration
+	// IgnoreBand leaves the band out of the lease choice (-lease-by-quality=false).
+	IgnoreBand bool
+}
+
+// Validate says which quality setting is wrong.
+func (q QualityConfig) Validate() error {
+	if q.ExitInterval < 0 || q.ScoreHalfLife < 0 || q.SlowProbe < 0 {
+		return fmt.Errorf("-exit-interval, -score-half-life and -score-slow-probe must not be negative")
+	}
+	if q.ExitURL != "" {
+		if u, err := url.Parse(q.ExitURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("-exit-url %q must be an absolute http:// or https:// URL", q.ExitURL)
+		}
+	}
+	return nil
+}
+
 // GCConfig is the orphan sweep.
 type GCConfig struct {
 	// Interval is the time between orphan sweeps; 0 disables GC.
@@ -179,11 +216,13 @@ func Defaults() Config {
 	return Config{
 		Hooks: HooksConfig{Addr: ":8080", ProviderTimeout: hooks.DefaultProviderTimeout,
 			BodyReadTimeout: hooks.DefaultBodyReadTimeout, MaxBodyBytes: hooks.DefaultMaxBodyBytes},
-		Discovery:     DiscoveryAPIConfig{Addr: discovery.DefaultDiscoveryAddr},
-		Lease:         DefaultLease(),
-		Health:        HealthConfig{Workers: health.DefaultWorkers, ResyncQPS: health.DefaultResyncQPS},
-		GC:            GCConfig{Interval: gc.DefaultInterval, MinAge: gc.DefaultMinAge, MaxDeletions: 20},
-		Gateway:       gateway.DefaultConfig(),
+		Discovery: DiscoveryAPIConfig{Addr: discovery.DefaultDiscoveryAddr},
+		Lease:     DefaultLease(),
+		Health:    HealthConfig{Workers: health.DefaultWorkers, ResyncQPS: health.DefaultResyncQPS},
+		GC:        GCConfig{Interval: gc.DefaultInterval, MinAge: gc.DefaultMinAge, MaxDeletions: 20},
+		Gateway:   gateway.DefaultConfig(),
+		Quality: QualityConfig{ExitInterval: health.DefaultExitInterval, ScoreHalfLife: health.DefaultScoreHalfLife,
+			SlowProbe: health.DefaultSlowProbe},
 		FleetWarmup:   3 * time.Minute,
 		ShutdownGrace: 20 * time.Second,
 	}
@@ -251,6 +290,9 @@ func (c Config) Validate() error {
 	}
 	if c.GC.Interval < 0 || c.GC.MinAge <= 0 {
 		return fmt.Errorf("-gc-interval must not be negative, -gc-min-age must be positive")
+	}
+	if err := c.Quality.Validate(); err != nil {
+		return err
 	}
 	if c.Gateway.Addr != "" {
 		return c.Gateway.Validate()

@@ -33,6 +33,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	c.GC.bindFlags(fs)
 	c.Kube.bindFlags(fs)
 	c.Demo.bindFlags(fs)
+	c.Quality.bindFlags(fs)
 	c.Gateway.RegisterFlags(fs, "listen address of the crawlers' proxy gateway (HTTP forward proxy and CONNECT over the same leases and tokens); empty: no gateway")
 	fs.DurationVar(&c.FleetWarmup, "fleet-warmup", c.FleetWarmup, "time after start before the fleet view is trusted as complete (at least the CompositeController's resyncPeriodSeconds)")
 	bindShutdownGrace(fs, &c.ShutdownGrace)
@@ -108,6 +109,17 @@ func (h *HealthConfig) bindFlags(fs *flag.FlagSet) {
 		h.MarkQPS = mark.DefaultQPS
 	}
 	fs.Float64Var(&h.MarkQPS, "health-mark-qps", h.MarkQPS, "health annotation patches per second (each makes Metacontroller sync that Proxy at once)")
+}
+
+func (q *QualityConfig) bindFlags(fs *flag.FlagSet) {
+	fs.StringVar(&q.EchoAddr, "echo-addr", q.EchoAddr, "listen address of the exit echo (answers each caller's address; empty: none)")
+	fs.StringVar(&q.ExitURL, "exit-url", q.ExitURL, "echo URL the exit check fetches through each proxy whose spec.verify.exitURL is empty (text or JSON answer; empty: no exit check for those)")
+	fs.DurationVar(&q.ExitInterval, "exit-interval", q.ExitInterval, "time between exit checks of one proxy")
+	fs.StringVar(&q.GeoIPDB, "geoip-db", q.GeoIPDB, "MaxMind-format Country or City database (e.g. GeoLite2-Country.mmdb) for exits' countries; reloaded when it changes")
+	fs.StringVar(&q.ASNDB, "asn-db", q.ASNDB, "MaxMind-format ASN database (e.g. GeoLite2-ASN.mmdb) for exits' networks; reloaded when it changes")
+	fs.DurationVar(&q.ScoreHalfLife, "score-half-life", q.ScoreHalfLife, "time for a probe or crawler report to count half as much in a proxy's quality score")
+	fs.DurationVar(&q.SlowProbe, "score-slow-probe", q.SlowProbe, "probe latency beyond which a successful probe counts against a proxy's quality score")
+	fs.Var((*notBool)(&q.IgnoreBand), "lease-by-quality", "lease proxies of a better quality band first (then least-loaded, then lowest latency); false: ignore bands (default true)")
 }
 
 func (g *GCConfig) bindFlags(fs *flag.FlagSet) {

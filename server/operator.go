@@ -21,6 +21,7 @@ import (
 
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/health"
+	"github.com/proxy-operator/proxy-operator/health/geoip"
 	"github.com/proxy-operator/proxy-operator/health/mark"
 	"github.com/proxy-operator/proxy-operator/internal/events"
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
@@ -59,6 +60,9 @@ type Operator struct {
 
 	hookSrv, discSrv *http.Server
 	hookLn, discLn   net.Listener
+	echoSrv          *http.Server // nil without Quality.EchoAddr
+	echoLn           net.Listener
+	geo              *geoip.Resolver
 	gwSrv            *http.Server // nil without -gateway-addr
 	gwLn             net.Listener
 }
@@ -171,8 +175,20 @@ func New(cfg Config) (_ *Operator, err error) {
 	if hlog == nil {
 		hlog = log.With("component", "health")
 	}
+	q := cfg.Quality
+	if o.geo, err = geoip.Open(geoip.Config{CountryPath: q.GeoIPDB, ASNPath: q.ASNDB, Log: log.With("component", "geoip")}); err != nil {
+		return nil, fmt.Errorf("-geoip-db/-asn-db: %w", err)
+	}
+	if q.EchoAddr != "" {
+		if o.echoLn, err = net.Listen("tcp", q.EchoAddr); err != nil {
+			return nil, fmt.Errorf("echo listener: %w", err)
+		}
+		o.echoSrv = &http.Server{Handler: health.EchoHandler(), ReadHeaderTimeout: 5 * time.Second,
+			ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second, IdleTimeout: 30 * time.Second, MaxHeaderBytes: 8 << 10}
+	}
 	if o.sched, err = health.New(health.Config{View: o.fleet, Prober: o.prober, Workers: cfg.Health.Workers,
-		Registerer: reg, FleetDurationOnly: cfg.Health.DurationFleetOnly, Log: hlog, OnTransition: o.notifyTransition}); err != nil {
+		Registerer: reg, FleetDurationOnly: cfg.Health.DurationFleetOnly, Log: hlog, OnTransition: o.notifyTransition,
+		ExitURL: q.ExitURL, ExitInterval: q.ExitInterval, Geo: o.geo, ScoreHalfLife: q.ScoreHalfLife, SlowProbe: q.SlowProbe}); err != nil {
 		return nil, err
 	}
 	if o.kube != nil {
@@ -223,6 +239,7 @@ func New(cfg Config) (_ *Operator, err error) {
 			BannedCooldown:      cfg.Lease.BanCooldown,
 			MaxCooldown:         cfg.Lease.MaxCooldown,
 			Observe:             cfg.Lease.Observe,
+			PreferBand:          !q.IgnoreBand,
 			Admit: func(p fleet.Proxy) error {
 				return egress.CheckHost(p.IP, uint16(p.Port), netpolicy.Dest{External: p.Mode == v1.ModeExternal, Provider: p.Provider})
 			},
@@ -238,13 +255,17 @@ func New(cfg Config) (_ *Operator, err error) {
 		o.store = o.redis.store
 		disc.Fleet, disc.Health = o.redis.reader, o.redis.reader
 	}
-	disc.Leases = o.store
 	// The ProxyPool controller's hooks read the lease store's view of each pool's members
 	// (both stores have it; with Redis it is what every replica granted and refused).
 	h.Pools = &poolhook.Hooks{Log: log.With("component", "pools"), Metrics: poolhook.NewMetrics(reg)}
 	if pl, ok := o.store.(lease.PoolLoad); ok {
 		h.Pools.Load = pl
 	}
+	// Crawlers' reports (and the gateway's, through the store) feed the quality score.
+	o.store = lease.WithOutcomes(o.store, func(proxy string, r lease.Result) {
+		o.sched.Report(proxy, reportOutcome(r), time.Now())
+	})
+	disc.Leases = o.store
 	if o.events != nil {
 		h.Pools.Events = o.events // scale and rotation decisions as Events on the pool
 	}
@@ -298,6 +319,17 @@ func (o *Operator) connect() error {
 	return nil
 }
 
+// reportOutcome is how the score weighs a lease report.
+func reportOutcome(r lease.Result) health.Outcome {
+	switch r {
+	case lease.ResultBanned:
+		return health.OutcomeBanned
+	case lease.ResultRateLimited:
+		return health.OutcomeRateLimited
+	}
+	return health.OutcomeOK
+}
+
 // notifyTransition hands a verdict transition to the health annotation, when there is one.
 func (o *Operator) notifyTransition(key string, _ lifecycle.Health) {
 	if o.marker != nil {
@@ -311,7 +343,7 @@ func (o *Operator) close() {
 		o.events.Shutdown()
 		o.events = nil
 	}
-	for _, ln := range []net.Listener{o.hookLn, o.discLn, o.gwLn} {
+	for _, ln := range []net.Listener{o.hookLn, o.discLn, o.echoLn, o.gwLn} {
 		if ln != nil {
 			_ = ln.Close()
 		}
@@ -335,6 +367,14 @@ func (o *Operator) HookAddr() string { return o.hookLn.Addr().String() }
 
 // DiscoveryAddr is the bound address of the discovery API listener.
 func (o *Operator) DiscoveryAddr() string { return o.discLn.Addr().String() }
+
+// EchoAddr is the bound address of the echo listener ("" without one).
+func (o *Operator) EchoAddr() string {
+	if o.echoLn == nil {
+		return ""
+	}
+	return o.echoLn.Addr().String()
+}
 
 // GatewayAddr is the bound address of the gateway listener ("" without one).
 func (o *Operator) GatewayAddr() string {
@@ -373,7 +413,7 @@ func (o *Operator) Run(ctx context.Context) error {
 	log.Info("listening", "hooks", o.HookAddr(), "discovery", o.DiscoveryAddr(), "gateway", o.GatewayAddr())
 
 	// Background loops return nil when ctx ends; an early return is a failure of the process.
-	background := []func(context.Context) error{o.sched.Run, o.store.Run}
+	background := []func(context.Context) error{o.sched.Run, o.store.Run, o.geo.Run}
 	if o.redis != nil {
 		background = append(background, o.redis.pub.Run, o.redis.reader.Run)
 	}
@@ -390,6 +430,10 @@ func (o *Operator) Run(ctx context.Context) error {
 	errc := make(chan error, 3+len(background))
 	go func() { errc <- fmt.Errorf("hook server: %w", o.hookSrv.Serve(o.hookLn)) }()
 	go func() { errc <- fmt.Errorf("discovery server: %w", o.discSrv.Serve(o.discLn)) }()
+	if o.echoSrv != nil {
+		log.Info("echo listening", "addr", o.EchoAddr())
+		go func() { errc <- fmt.Errorf("echo server: %w", o.echoSrv.Serve(o.echoLn)) }()
+	}
 	if o.gwSrv != nil {
 		go func() { errc <- fmt.Errorf("gateway server: %w", o.gwSrv.Serve(o.gwLn)) }()
 	}
@@ -409,6 +453,9 @@ func (o *Operator) Run(ctx context.Context) error {
 	var stopping sync.WaitGroup
 	stopping.Go(func() { hookErr = o.hookSrv.Shutdown(sctx) })
 	stopping.Go(func() { discErr = o.discSrv.Shutdown(sctx) })
+	if o.echoSrv != nil {
+		stopping.Go(func() { _ = o.echoSrv.Shutdown(sctx) })
+	}
 	if o.gwSrv != nil {
 		stopping.Go(func() { gwErr = o.gwSrv.Shutdown(sctx) })
 	}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -69,6 +70,14 @@ func TestNewFailsCleanly(t *testing.T) {
 	if _, err := server.New(server.Config{Hooks: server.HooksConfig{Addr: "127.0.0.1:0"}, Discovery: server.DiscoveryAPIConfig{Addr: "127.0.0.1:0"}, Health: server.HealthConfig{Workers: -1}}); err == nil ||
 		!strings.Contains(err.Error(), "-probe-workers") {
 		t.Errorf("negative probe workers: %v, want an error naming the flag", err)
+	}
+	if _, err := server.New(server.Config{Hooks: server.HooksConfig{Addr: "127.0.0.1:0"}, Discovery: server.DiscoveryAPIConfig{Addr: "127.0.0.1:0", Insecure: true},
+		Quality: server.QualityConfig{GeoIPDB: filepath.Join(t.TempDir(), "absent.mmdb")}}); err == nil || !strings.Contains(err.Error(), "-geoip-db") {
+		t.Errorf("missing country database: %v, want an error naming the flag", err)
+	}
+	if _, err := server.New(server.Config{Hooks: server.HooksConfig{Addr: "127.0.0.1:0"}, Discovery: server.DiscoveryAPIConfig{Addr: "127.0.0.1:0", Insecure: true},
+		Quality: server.QualityConfig{ExitURL: "ftp://echo"}}); err == nil || !strings.Contains(err.Error(), "-exit-url") {
+		t.Errorf("bad exit URL: %v, want an error naming the flag", err)
 	}
 	bad := factory.Config{Providers: []factory.Entry{{Name: "m", Type: "mock", Mock: &mock.Config{Faults: []mock.Fault{{Op: "reboot"}}}}}}
 	if _, err := server.New(server.Config{Hooks: server.HooksConfig{Addr: "127.0.0.1:0"}, Discovery: server.DiscoveryAPIConfig{Addr: "127.0.0.1:0"}, Providers: server.ProvidersConfig{Parsed: &bad}}); err == nil ||

@@ -41,6 +41,9 @@ const (
 	// ConditionForeignInstanceIgnored is True when status.providerID named an instance
 	// another Proxy owns: the operator ignored it (neither read nor deleted it).
 	ConditionForeignInstanceIgnored = "ForeignInstanceIgnored"
+	// ConditionExitVerified is present once an exit check ran: True when the exit passes
+	// spec.verify (and, for a Managed proxy, is its own IP), False with the mismatch.
+	ConditionExitVerified = "ExitVerified"
 )
 
 // Defaults applied by the CRD schema and, for bodies that bypass the API server, by Default.
@@ -82,6 +85,9 @@ var DefaultExpectedStatusCodes = []int32{200, 204}
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="IP",type=string,JSONPath=`.status.ip`
 // +kubebuilder:printcolumn:name="Healthy",type=string,JSONPath=`.status.conditions[?(@.type=="Healthy")].status`
+// +kubebuilder:printcolumn:name="Exit",type=string,JSONPath=`.status.exit.ip`,priority=1
+// +kubebuilder:printcolumn:name="Country",type=string,JSONPath=`.status.exit.country`,priority=1
+// +kubebuilder:printcolumn:name="Band",type=string,JSONPath=`.status.qualityBand`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="self.spec.mode == oldSelf.spec.mode",message="mode is immutable",fieldPath=".spec.mode"
 // +kubebuilder:validation:XValidation:rule="!has(self.spec.provider) || !has(oldSelf.spec.provider) || self.spec.provider == oldSelf.spec.provider",message="provider is immutable",fieldPath=".spec.provider"
@@ -166,6 +172,11 @@ type ProxySpec struct {
 	// +kubebuilder:validation:Maximum=1000
 	// +optional
 	MaxLeases *int32 `json:"maxLeases,omitempty"`
+
+	// Verify says what the exit check must find (exit address, country, network) for the
+	// proxy to be leased.
+	// +optional
+	Verify *VerifySpec `json:"verify,omitempty"`
 }
 
 // PlacementSpec is a small typed set of placement settings.
@@ -305,7 +316,96 @@ type ProxyStatus struct {
 	// the discovery API and the probe metrics.
 	// +optional
 	LatencyMillis int64 `json:"latencyMillis,omitempty"`
+	// Exit is what the latest exit check learned; rewritten only when it changes.
+	// +optional
+	Exit *ExitStatus `json:"exit,omitempty"`
+	// QualityBand grades how the proxy has fared lately (probes, crawler reports); rewritten
+	// only when the band changes.
+	// +optional
+	QualityBand QualityBand `json:"qualityBand,omitempty"`
 }
 
 // Key is the proxy's namespace/name, its ID in the discovery API.
 func (p *Proxy) Key() string { return p.Namespace + "/" + p.Name }
+
+// VerifySpec says what the exit check must find for the proxy to be leased: the address
+// the far side sees, and its country and network from the operator's MaxMind-format
+// databases.
+type VerifySpec struct {
+	// ExitURL answers the caller's address as text or JSON ({"ip": ...}); the probe fetches
+	// it through the proxy. Empty: the operator's -exit-url (no exit check when that is empty
+	// too).
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('http://') || self.startsWith('https://')",message="exitURL must be an http:// or https:// URL"
+	// +optional
+	ExitURL string `json:"exitURL,omitempty"`
+	// ExpectedExit are the addresses or CIDRs the exit must fall in. Empty: a Managed proxy's
+	// exit must be its own IP; an External proxy's exit is not checked.
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=64
+	// +listType=set
+	// +optional
+	ExpectedExit []string `json:"expectedExit,omitempty"`
+	// CountryAttribute names the attribute (e.g. "geo") whose value is the ISO 3166 country
+	// code the exit must be in (case-insensitive). Unset: the country is not checked.
+	// +kubebuilder:validation:MaxLength=63
+	// +optional
+	CountryAttribute string `json:"countryAttribute,omitempty"`
+	// ASNAttribute names the attribute (e.g. "asn") whose value is the autonomous system
+	// ("AS15169" or "15169") the exit must be in. Unset: the network is not checked.
+	// +kubebuilder:validation:MaxLength=63
+	// +optional
+	ASNAttribute string `json:"asnAttribute,omitempty"`
+	// OnMismatch is what a failed check does: Exclude (default) keeps the proxy from new
+	// leases; Report only sets the ExitVerified condition.
+	// +kubebuilder:validation:Enum=Exclude;Report
+	// +optional
+	OnMismatch MismatchAction `json:"onMismatch,omitempty"`
+}
+
+// MismatchAction is what a failed exit check does.
+type MismatchAction string
+
+const (
+	MismatchExclude MismatchAction = "Exclude"
+	MismatchReport  MismatchAction = "Report"
+)
+
+// Excludes reports whether a failed check keeps the proxy from new leases.
+func (v *VerifySpec) Excludes() bool { return v == nil || v.OnMismatch != MismatchReport }
+
+// ExitStatus is what the exit check last learned. Each field changes only when the exit
+// does (or the databases say something else about it), never with probe timing.
+type ExitStatus struct {
+	// IP is the address a target sees connections through the proxy come from.
+	IP string `json:"ip,omitempty"`
+	// Country is the ISO 3166 code the country database gives for IP ("" when unknown).
+	// +optional
+	Country string `json:"country,omitempty"`
+	// ASN is the autonomous system the ASN database gives for IP (0 when unknown).
+	// +optional
+	ASN int64 `json:"asn,omitempty"`
+}
+
+// QualityBand is a coarse grade of how a proxy has fared lately (decision 0142).
+// +kubebuilder:validation:Enum=Good;Fair;Poor
+type QualityBand string
+
+const (
+	BandGood QualityBand = "Good"
+	BandFair QualityBand = "Fair"
+	BandPoor QualityBand = "Poor"
+)
+
+// BandRank orders bands, better higher: Good 3, Fair 2, Poor 1, none 0.
+func BandRank(b QualityBand) int {
+	switch b {
+	case BandGood:
+		return 3
+	case BandFair:
+		return 2
+	case BandPoor:
+		return 1
+	}
+	return 0
+}

@@ -175,6 +175,12 @@ type PoolRotation struct {
 	// +kubebuilder:validation:Maximum=10000
 	// +optional
 	BanThreshold *int32 `json:"banThreshold,omitempty"`
+	// MinBand replaces a member whose status.qualityBand is below it (Fair: Poor members go;
+	// Good: Fair and Poor ones go), make-before-break like any rotation. A member without a
+	// band yet is kept.
+	// +kubebuilder:validation:Enum=Good;Fair
+	// +optional
+	MinBand QualityBand `json:"minBand,omitempty"`
 }
 
 // PoolAutoscale sizes the pool by lease demand.

@@ -85,6 +85,9 @@ func (s *ProxyPoolSpec) Validate() error {
 		if r.BanThreshold != nil && *r.BanThreshold < 1 {
 			bad("rotation.banThreshold", "%d must be at least 1", *r.BanThreshold)
 		}
+		if r.MinBand != "" && r.MinBand != BandGood && r.MinBand != BandFair {
+			bad("rotation.minBand", "%q is not Good or Fair", r.MinBand)
+		}
 	}
 	if s.DrainSeconds != nil && (*s.DrainSeconds < 0 || *s.DrainSeconds > 86400) {
 		bad("drainSeconds", "%d is out of range 0-86400", *s.DrainSeconds)

@@ -122,7 +122,40 @@ func (s *ProxySpec) Validate() error {
 			}
 		}
 	}
+	if v := s.Verify; v != nil {
+		if v.ExitURL != "" {
+			u, err := url.Parse(v.ExitURL)
+			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				bad("verify.exitURL", "%q must be an absolute http:// or https:// URL", v.ExitURL)
+			}
+		}
+		if len(v.ExpectedExit) > 16 {
+			bad("verify.expectedExit", "%d entries, at most 16", len(v.ExpectedExit))
+		}
+		for _, e := range v.ExpectedExit {
+			if _, err := ParsePrefix(e); err != nil {
+				bad("verify.expectedExit", "%q is not an IP address or CIDR", e)
+			}
+		}
+		if v.OnMismatch != "" && v.OnMismatch != MismatchExclude && v.OnMismatch != MismatchReport {
+			bad("verify.onMismatch", "%q is not Exclude or Report", v.OnMismatch)
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// ParsePrefix reads an expectedExit entry: an address (a /32 or /128) or a CIDR.
+func ParsePrefix(s string) (netip.Prefix, error) {
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(s)
+		return p.Masked(), err
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	a = a.Unmap()
+	return netip.PrefixFrom(a, a.BitLen()), nil
 }
 
 // ErrInvalidHost is returned for a host that is neither an IP address nor a DNS name.

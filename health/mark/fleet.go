@@ -11,7 +11,7 @@ type HealthSource interface {
 }
 
 // FleetBehind is the Behind of a Marker in the operator: a Proxy is behind when the prober's
-// verdict (Healthy or Unhealthy) differs from the health its status last recorded, as the
+// verdict (Healthy or Unhealthy, its exit, its quality band) differs from what its status last recorded, as the
 // fleet view holds it from the latest sync answer. A Proxy being deleted, unknown to the view,
 // or without a verdict yet is never behind; nor is a new instance awaiting its first verdict,
 // whose provisioning poll is due within seconds anyway and carries it (decision 0172): a
@@ -22,10 +22,23 @@ func FleetBehind(view *fleet.View, health HealthSource) func(key string) (string
 		if !ok || p.Deleting || p.AwaitingVerdict {
 			return "", false
 		}
-		live := health.Health(key).State
+		h := health.Health(key)
+		live := h.State
 		if live != lifecycle.HealthHealthy && live != lifecycle.HealthUnhealthy {
 			return "", false
 		}
-		return string(live), live != p.Recorded.State
+		// An exit or a quality band the status does not show yet is a transition too; the
+		// mark names the state (and the band and exit when they are what moved), so the patch
+		// differs from the last one.
+		rec := p.Recorded
+		mark := string(live)
+		behind := live != rec.State
+		if h.Exit.IP != "" && h.Exit != rec.Exit {
+			mark, behind = mark+",exit="+h.Exit.IP, true
+		}
+		if h.Band != "" && h.Band != rec.Band {
+			mark, behind = mark+",band="+string(h.Band), true
+		}
+		return mark, behind
 	}
 }

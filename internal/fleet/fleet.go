@@ -6,6 +6,7 @@ package fleet
 import (
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -49,6 +50,38 @@ type Proxy struct {
 	// the verdict into status without a health annotation patch (decision 0172). The hook's
 	// business alone: not part of the records discovery replicas read.
 	AwaitingVerdict bool `json:"-"`
+	// Verify is the Proxy's spec.verify (nil: only a Managed proxy's own IP is checked, and
+	// only when an exit URL is configured).
+	Verify *v1.VerifySpec
+}
+
+// ExcludesMismatch reports whether a failed exit check keeps the proxy from new leases.
+func (p Proxy) ExcludesMismatch() bool { return p.Verify.Excludes() }
+
+// Attributes the operator adds from status.exit, so crawlers can select on what the exit
+// check learned (exit.country=DE) rather than on what a manifest claims. A user attribute of
+// the same name is replaced.
+const (
+	AttrExitCountry = "exit.country"
+	AttrExitASN     = "exit.asn"
+)
+
+// WithExit returns attrs plus the exit attributes of e (attrs itself when e adds nothing).
+func WithExit(attrs map[string]string, e *v1.ExitStatus) map[string]string {
+	if e == nil || (e.Country == "" && e.ASN == 0) {
+		return attrs
+	}
+	out := maps.Clone(attrs)
+	if out == nil {
+		out = map[string]string{}
+	}
+	if e.Country != "" {
+		out[AttrExitCountry] = e.Country
+	}
+	if e.ASN != 0 {
+		out[AttrExitASN] = strconv.FormatInt(e.ASN, 10)
+	}
+	return out
 }
 
 // Equal reports whether two records are the same.
@@ -70,7 +103,21 @@ func (p Proxy) Equal(o Proxy) bool {
 			x.Phase, x.Recorded, x.Deleting, x.Draining, x.AwaitingVerdict, h.ProbeURL, h.IntervalSeconds, h.TimeoutSeconds, h.FailureThreshold, h.SuccessThreshold}
 	}
 	return s(p) == s(o) && equalCredentials(p.Credentials, o.Credentials) && maps.Equal(p.Attributes, o.Attributes) &&
-		slices.Equal(p.HealthCheck.ExpectedStatusCodes, o.HealthCheck.ExpectedStatusCodes)
+		slices.Equal(p.HealthCheck.ExpectedStatusCodes, o.HealthCheck.ExpectedStatusCodes) && equalVerify(p.Verify, o.Verify)
+}
+
+// SameVerification reports whether an exit check's verdict on p and on o must be the same:
+// what exitOf reads (mode, IP, attributes, spec.verify) is equal.
+func (p Proxy) SameVerification(o Proxy) bool {
+	return p.Mode == o.Mode && p.IP == o.IP && maps.Equal(p.Attributes, o.Attributes) && equalVerify(p.Verify, o.Verify)
+}
+
+func equalVerify(a, b *v1.VerifySpec) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.ExitURL == b.ExitURL && a.CountryAttribute == b.CountryAttribute && a.ASNAttribute == b.ASNAttribute &&
+		a.OnMismatch == b.OnMismatch && slices.Equal(a.ExpectedExit, b.ExpectedExit)
 }
 
 func equalCredentials(a, b *Credentials) bool {
@@ -111,6 +158,11 @@ func (v *View) Upsert(p Proxy) bool {
 		p.Credentials = &c
 	}
 	p.HealthCheck.ExpectedStatusCodes = slices.Clone(p.HealthCheck.ExpectedStatusCodes)
+	if p.Verify != nil {
+		vs := *p.Verify
+		vs.ExpectedExit = slices.Clone(vs.ExpectedExit)
+		p.Verify = &vs
+	}
 	v.byKey[p.Key] = p
 	v.bump()
 	return true

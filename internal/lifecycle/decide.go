@@ -27,6 +27,8 @@ func Decide(in Input) Decision {
 		FailureCount:        p.Status.FailureCount,
 		LastHealthCheckTime: p.Status.LastHealthCheckTime,
 		LatencyMillis:       p.Status.LatencyMillis,
+		Exit:                p.Status.Exit,
+		QualityBand:         p.Status.QualityBand,
 	}
 	if in.ForeignInstance != "" && d.st.ProviderID == in.ForeignInstance {
 		// Not ours: forget the pointer so nothing later acts on it.
@@ -44,6 +46,7 @@ func Decide(in Input) Decision {
 	if d.st.Phase == "" {
 		d.st.Phase = v1.PhasePending
 	}
+	d.exitCondition()
 	d.readiness()
 	d.foreignCondition()
 	d.out.Status = d.st
@@ -428,8 +431,10 @@ func (d *decider) healthCondition(probed bool) {
 		if probed {
 			reason, msg = ReasonAwaitingProbe, "no probe verdict yet"
 		} else {
-			// The last probe's time and latency belong to a machine that no longer serves.
+			// The last probe's time, latency, exit and grade belong to a machine that no
+			// longer serves.
 			d.st.LastHealthCheckTime, d.st.LatencyMillis = nil, 0
+			d.st.Exit, d.st.QualityBand = nil, ""
 		}
 		d.setCondition(v1.ConditionHealthy, metav1.ConditionUnknown, reason, msg)
 		return
@@ -444,6 +449,12 @@ func (d *decider) healthCondition(probed bool) {
 	if d.healthTransition(h.State) {
 		d.st.LatencyMillis = h.LatencyMillis
 	}
+	if h.Exit.IP != "" {
+		d.st.Exit = &v1.ExitStatus{IP: h.Exit.IP, Country: h.Exit.Country, ASN: int64(h.Exit.ASN)}
+	}
+	if h.Band != "" {
+		d.st.QualityBand = h.Band
+	}
 	if h.State == HealthHealthy {
 		d.setCondition(v1.ConditionHealthy, metav1.ConditionTrue, ReasonProbeSucceeded, "probe through the proxy succeeded")
 		return
@@ -453,6 +464,41 @@ func (d *decider) healthCondition(probed bool) {
 		msg += ": " + h.Reason
 	}
 	d.setCondition(v1.ConditionHealthy, metav1.ConditionFalse, ReasonProbeFailed, msg)
+}
+
+// exitCondition writes ExitVerified from the prober's exit check, or carries the previous one
+// over while the status still shows that exit; without an exit in status there is none.
+func (d *decider) exitCondition() {
+	if d.st.Exit == nil {
+		return
+	}
+	h := d.in.Health.Exit
+	if h.IP == "" || h.IP != d.st.Exit.IP {
+		if c := findCondition(d.prev.Conditions, v1.ConditionExitVerified); c != nil {
+			d.st.Conditions = upsert(d.st.Conditions, *c)
+		}
+		return
+	}
+	if h.Mismatch != "" {
+		d.setCondition(v1.ConditionExitVerified, metav1.ConditionFalse, ReasonExitMismatch, h.Mismatch)
+		return
+	}
+	d.setCondition(v1.ConditionExitVerified, metav1.ConditionTrue, ReasonExitVerified, "exit "+describeExit(h)+" passes the checks")
+}
+
+func describeExit(e Exit) string {
+	s := e.IP
+	var parts []string
+	if e.Country != "" {
+		parts = append(parts, e.Country)
+	}
+	if e.ASN != 0 {
+		parts = append(parts, fmt.Sprintf("AS%d", e.ASN))
+	}
+	if len(parts) > 0 {
+		s += " (" + strings.Join(parts, ", ") + ")"
+	}
+	return s
 }
 
 // healthTransition says the Healthy condition this sync writes for state differs from the one
@@ -530,10 +576,11 @@ func findCondition(cs []metav1.Condition, typ string) *metav1.Condition {
 // conditionOrder is the order conditions appear in, whatever order they were set in, so the
 // same status is always the same bytes.
 var conditionOrder = map[string]int{
-	v1.ConditionProvisioned: 0,
-	v1.ConditionHealthy:     1,
-	v1.ConditionReady:       2,
-	v1.ConditionStalled:     3,
+	v1.ConditionProvisioned:  0,
+	v1.ConditionHealthy:      1,
+	v1.ConditionExitVerified: 2,
+	v1.ConditionReady:        3,
+	v1.ConditionStalled:      4,
 }
 
 // upsert replaces c, or inserts it at its place in conditionOrder.
@@ -606,5 +653,12 @@ func RecordedHealth(st v1.ProxyStatus) Health {
 			h.State = HealthUnhealthy
 		}
 	}
+	if e := st.Exit; e != nil {
+		h.Exit = Exit{IP: e.IP, Country: e.Country, ASN: uint32(max(e.ASN, 0))}
+		if c := findCondition(st.Conditions, v1.ConditionExitVerified); c != nil && c.Status == metav1.ConditionFalse {
+			h.Exit.Mismatch = c.Message
+		}
+	}
+	h.Band = st.QualityBand
 	return h
 }

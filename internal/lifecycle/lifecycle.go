@@ -29,6 +29,21 @@ type Health struct {
 	Since time.Time
 	// Reason is a short stable word for the last failing probe ("timeout", "refused", "status").
 	Reason string
+	// Exit is what the latest exit check learned (zero until one succeeded).
+	Exit Exit
+	// Band is the quality band ("" until the proxy is graded).
+	Band v1.QualityBand
+}
+
+// Exit is the address a target sees through the proxy, what the databases say about it, and
+// whether it passes the Proxy's verification. Every field moves only when the exit (or a
+// database's answer about it) does.
+type Exit struct {
+	IP      string
+	Country string
+	ASN     uint32
+	// Mismatch says why the exit fails verification ("" when it passes).
+	Mismatch string
 }
 
 // ActionKind is what the webhook must ask the provider to do.
@@ -148,6 +163,8 @@ const (
 	ReasonProbeSucceeded      = "ProbeSucceeded"
 	ReasonProbeFailed         = "ProbeFailed"
 	ReasonOwnerMismatch       = "OwnerMismatch"
+	ReasonExitVerified        = "ExitVerified"
+	ReasonExitMismatch        = "ExitMismatch"
 )
 
 // Backoff is the resync delay after n consecutive transient failures: 5s doubling, capped at 5m.

@@ -75,6 +75,8 @@ var metadataNames = map[string]bool{
 var metadataAddrs = map[netip.Addr]bool{
 	netip.MustParseAddr("fd00:ec2::254"):   true, // AWS IMDS over IPv6
 	netip.MustParseAddr("fd00:ec2::23"):    true, // AWS DNS over IPv6
+	netip.MustParseAddr("fd20:ce::254"):    true, // GCP metadata over IPv6
+	netip.MustParseAddr("168.63.129.16"):   true, // Azure wire server
 	netip.MustParseAddr("100.100.100.200"): true, // Alibaba Cloud
 	netip.MustParseAddr("192.0.0.192"):     true, // Oracle Cloud (legacy)
 }
@@ -212,6 +214,15 @@ func (p *Policy) CheckAddr(a netip.Addr, port uint16, d Dest) error {
 	case a.IsLoopback() && !p.loopbackOK(d):
 		return deny("loopback, denied outside tests (-allow-loopback-proxies)")
 	}
+	if v4, ok := embeddedIPv4(a); ok {
+		if err := p.CheckAddr(v4, port, d); err != nil {
+			var de *DeniedError
+			if errors.As(err, &de) {
+				return deny("embeds " + v4.String() + ": " + de.Reason)
+			}
+			return err
+		}
+	}
 	if port != 0 && p.isOwn(a, port) {
 		return deny("one of the operator's own listeners")
 	}
@@ -224,6 +235,31 @@ func (p *Policy) CheckAddr(a netip.Addr, port uint16, d Dest) error {
 		return deny("outside the CIDRs allowed for External endpoints")
 	}
 	return nil
+}
+
+var (
+	nat64WellKnown = netip.MustParsePrefix("64:ff9b::/96")   // RFC 6052
+	nat64LocalUse  = netip.MustParsePrefix("64:ff9b:1::/48") // RFC 8215, read as a /96 embedding
+	sixToFour      = netip.MustParsePrefix("2002::/16")      // RFC 3056
+)
+
+// embeddedIPv4 returns the IPv4 address an IPv6 address carries in one of the forms a router
+// or the kernel translates into an IPv4 connection: IPv4-compatible (::a.b.c.d, deprecated but
+// still routed by some stacks), NAT64 and 6to4. IPv4-mapped addresses are unmapped before.
+func embeddedIPv4(a netip.Addr) (netip.Addr, bool) {
+	if !a.Is6() {
+		return netip.Addr{}, false
+	}
+	b := a.As16()
+	switch {
+	case nat64WellKnown.Contains(a), nat64LocalUse.Contains(a):
+		return netip.AddrFrom4([4]byte(b[12:16])), true
+	case sixToFour.Contains(a):
+		return netip.AddrFrom4([4]byte(b[2:6])), true
+	case [12]byte(b[:12]) == [12]byte{} && a != netip.IPv6Unspecified() && a != netip.IPv6Loopback():
+		return netip.AddrFrom4([4]byte(b[12:16])), true
+	}
+	return netip.Addr{}, false
 }
 
 func (p *Policy) isOwn(a netip.Addr, port uint16) bool {

@@ -30,6 +30,7 @@ type member struct {
 	failedSince time.Time
 	replace     string // why it should go ("" keeps it)
 	maxLeases   int32
+	band        v1.QualityBand
 }
 
 // Decide returns the desired members, the pool's status, the changes and the resync delay.
@@ -100,6 +101,7 @@ func (d *decider) classify() {
 			}
 		}
 		c.failed = px.Status.Phase == v1.PhaseFailed
+		c.band = px.Status.QualityBand
 		if c.failed && (c.failedSince.IsZero() || c.failedSince.After(d.now)) {
 			c.failedSince = c.created
 		}
@@ -193,7 +195,9 @@ func (d *decider) sync() {
 	var keep, replace []*member
 	var maxAge time.Duration
 	var ban int32
+	var minBand int
 	if r := d.spec.Rotation; r != nil {
+		minBand = v1.BandRank(r.MinBand)
 		if r.MaxAge != nil {
 			maxAge = r.MaxAge.Duration
 		}
@@ -214,6 +218,8 @@ func (d *decider) sync() {
 			m.replace = ReasonTemplate
 		case ban > 0 && m.Cooling >= int(ban):
 			m.replace = ReasonBanned
+		case minBand > 0 && m.band != "" && v1.BandRank(m.band) < minBand:
+			m.replace = ReasonLowQuality
 		case maxAge > 0 && !d.now.Before(m.created.Add(maxAge)):
 			m.replace = ReasonMaxAge
 		case maxAge > 0:

@@ -66,6 +66,9 @@ func failedAt(at time.Time) memberOpt {
 
 func leases(n int) memberOpt  { return func(m *Member) { m.Leases = n } }
 func cooling(n int) memberOpt { return func(m *Member) { m.Cooling = n } }
+func band(b v1.QualityBand) memberOpt {
+	return func(m *Member) { m.Proxy.Status.QualityBand = b }
+}
 func createdAt(at time.Time) memberOpt {
 	return func(m *Member) { m.Proxy.CreationTimestamp = metav1.NewTime(at) }
 }
@@ -153,6 +156,7 @@ func TestDecide(t *testing.T) {
 		p.Spec.Rotation = &v1.PoolRotation{MaxAge: &metav1.Duration{Duration: 6 * time.Hour}}
 	})
 	banned := newPool(3, withStatus(3), func(p *v1.ProxyPool) { p.Spec.Rotation = &v1.PoolRotation{BanThreshold: i32(3)} })
+	minFair := newPool(3, withStatus(3), func(p *v1.ProxyPool) { p.Spec.Rotation = &v1.PoolRotation{MinBand: v1.BandFair} })
 	unavail := newPool(3, withStatus(3), func(p *v1.ProxyPool) {
 		zero, one := intstr.FromInt32(0), intstr.FromInt32(1)
 		p.Spec.Strategy = &v1.PoolStrategy{MaxSurge: &zero, MaxUnavailable: &one}
@@ -314,6 +318,29 @@ func TestDecide(t *testing.T) {
 				Children:    []string{"#1", "#2", "#3", "#4"},
 				Desired:     3,
 				Progressing: "Banned",
+			},
+		},
+		{
+			name: "minBand: a member graded below it is replaced make-before-break; ungraded ones stay",
+			pool: minFair,
+			members: []Member{mem(minFair, 1, band(v1.BandGood)), mem(minFair, 2, band(v1.BandPoor)),
+				mem(minFair, 3, band(v1.BandFair)), mem(minFair, 4, band(""))},
+			want: summary{
+				Changes:     []string{"Drain #2 LowQuality"},
+				Children:    []string{"#1", "#2*", "#3", "#4"},
+				Desired:     3,
+				Progressing: "LowQuality",
+			},
+		},
+		{
+			name:    "minBand: a Poor member is replaced by a new one first",
+			pool:    minFair,
+			members: []Member{mem(minFair, 1, band(v1.BandGood)), mem(minFair, 2, band(v1.BandPoor)), mem(minFair, 3)},
+			want: summary{
+				Changes:     []string{"Create #4 LowQuality"},
+				Children:    []string{"#1", "#2", "#3", "#4"},
+				Desired:     3,
+				Progressing: "LowQuality",
 			},
 		},
 		{
@@ -589,7 +616,7 @@ func TestRolloutInvariants(t *testing.T) {
 			p := newPool(5, func(p *v1.ProxyPool) {
 				s, u := intstr.FromInt32(strat.surge), intstr.FromInt32(strat.unavailable)
 				p.Spec.Strategy = &v1.PoolStrategy{MaxSurge: &s, MaxUnavailable: &u}
-				p.Spec.Rotation = &v1.PoolRotation{MaxAge: &metav1.Duration{Duration: time.Hour}, BanThreshold: i32(2)}
+				p.Spec.Rotation = &v1.PoolRotation{MaxAge: &metav1.Duration{Duration: time.Hour}, BanThreshold: i32(2), MinBand: v1.BandFair}
 				p.Spec.DrainSeconds = i32(60)
 			})
 			type sim struct {
@@ -632,6 +659,9 @@ func TestRolloutInvariants(t *testing.T) {
 					}
 					if tick == 1200 && s.px.DeletionTimestamp == nil && s.px.Labels[v1.PoolDrainingLabel] == "" {
 						s.cooling = 2 // every member is burned at once
+					}
+					if tick == 1600 && s.px.DeletionTimestamp == nil && s.px.Labels[v1.PoolDrainingLabel] == "" {
+						s.px.Status.QualityBand = v1.BandPoor // every member is graded Poor at once
 					}
 					s.leases = (tick + len(n)) % 3
 					ms = append(ms, Member{Proxy: s.px, Leases: s.leases, Cooling: s.cooling})

@@ -55,12 +55,13 @@ const (
 
 // Reasons a member is replaced or removed (also the drain-reason annotation and metric label).
 const (
-	ReasonTemplate  = "Template"  // made from an older template
-	ReasonMaxAge    = "MaxAge"    // older than rotation.maxAge
-	ReasonBanned    = "Banned"    // cooling down for at least rotation.banThreshold targets
-	ReasonFailed    = "Failed"    // its Proxy is Failed
-	ReasonScaleDown = "ScaleDown" // the pool shrank
-	ReasonDeleted   = "PoolDeleted"
+	ReasonTemplate   = "Template"   // made from an older template
+	ReasonMaxAge     = "MaxAge"     // older than rotation.maxAge
+	ReasonBanned     = "Banned"     // cooling down for at least rotation.banThreshold targets
+	ReasonLowQuality = "LowQuality" // its quality band is below rotation.minBand
+	ReasonFailed     = "Failed"     // its Proxy is Failed
+	ReasonScaleDown  = "ScaleDown"  // the pool shrank
+	ReasonDeleted    = "PoolDeleted"
 	// Remove reasons.
 	ReasonDrained      = "Drained"      // its last lease ended
 	ReasonDrainExpired = "DrainExpired" // drainSeconds ran out with leases left

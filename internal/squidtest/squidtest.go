@@ -64,6 +64,9 @@ type Options struct {
 	// Htpasswd, when set, is an htpasswd file (bcrypt, MD5 or crypt, as basic_ncsa_auth reads):
 	// every request must carry one of its credentials (407 otherwise).
 	Htpasswd string
+	// Extra are lines appended to the config (e.g. tcp_outgoing_address, to make Squid's
+	// traffic leave from another address than it listens on).
+	Extra []string
 }
 
 // Config is a minimal squid.conf listening on 127.0.0.1:port, allowing loopback clients, with
@@ -95,6 +98,9 @@ pinger_enable off
 shutdown_lifetime 0 seconds
 visible_hostname squidtest
 `, filepath.Join(dir, "cache.log"), filepath.Join(dir, "squid.pid"), dir)
+	for _, l := range o.Extra {
+		b.WriteString(l + "\n")
+	}
 	return b.String()
 }
 

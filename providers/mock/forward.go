@@ -27,6 +27,9 @@ type ForwardConfig struct {
 	// Credentials, when set, must be on every request (Proxy-Authorization: Basic), as a
 	// Squid of the kubernetes provider demands: without them the answer is 407.
 	Credentials *providers.Credentials
+	// EgressIP, when set, is the address the proxy dials out from instead of its own: a
+	// proxy whose traffic leaves through another egress, which an exit check must catch.
+	EgressIP string
 }
 
 // ServeForwardProxy is ServeForwardProxyWith with creds and otherwise the default config
@@ -52,6 +55,14 @@ func ServeForwardProxyWith(addr string, cfg ForwardConfig) (stop func(), err err
 	// wherever the route says.
 	if a, ok := ln.Addr().(*net.TCPAddr); ok && !a.IP.IsUnspecified() {
 		fp.dialer.LocalAddr = &net.TCPAddr{IP: a.IP}
+	}
+	if cfg.EgressIP != "" {
+		ip := net.ParseIP(cfg.EgressIP)
+		if ip == nil {
+			_ = ln.Close()
+			return nil, fmt.Errorf("mock proxy: egress %q is not an IP address", cfg.EgressIP)
+		}
+		fp.dialer.LocalAddr = &net.TCPAddr{IP: ip}
 	}
 	fp.transport = &http.Transport{
 		Proxy:                 nil,

@@ -103,11 +103,22 @@ func TestDiscoveryOnRedis(t *testing.T) {
 	if err := reader.Refresh(ctx); err != nil {
 		t.Fatalf("refresh after Redis is back: %v", err)
 	}
-	if code, _, body := call(http.MethodPost, "/v1/leases/"+l.ID+"/renew", `{}`); code != http.StatusOK {
-		t.Errorf("renew after Redis is back: %d %s", code, body)
-	}
-	if code, _, body := call(http.MethodGet, "/v1/proxies", ""); code != http.StatusOK {
-		t.Errorf("list after Redis is back: %d %s", code, body)
+	// The client's pool re-dials on its own schedule after the failed dials (go-redis retries
+	// a broken pool in the background), so "comes back" is awaited, with a deadline.
+	for _, c := range []struct{ name, method, path, body string }{
+		{"renew", http.MethodPost, "/v1/leases/" + l.ID + "/renew", `{}`},
+		{"list", http.MethodGet, "/v1/proxies", ""},
+	} {
+		deadline := time.Now().Add(15 * time.Second)
+		code, _, body := call(c.method, c.path, c.body)
+		for code == http.StatusServiceUnavailable && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+			_ = reader.Refresh(ctx)
+			code, _, body = call(c.method, c.path, c.body)
+		}
+		if code != http.StatusOK {
+			t.Errorf("%s after Redis is back: %d %s", c.name, code, body)
+		}
 	}
 }
 

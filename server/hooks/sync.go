@@ -298,7 +298,7 @@ func (h *Hooks) record(log *slog.Logger, p *v1.Proxy, d lifecycle.Decision, cred
 		ProviderID:  d.Status.ProviderID,
 		IP:          cmp.Or(d.Status.IP, d.ProbeIP),
 		Port:        p.Spec.ListenPort(),
-		Attributes:  p.Spec.Attributes,
+		Attributes:  fleet.WithExit(p.Spec.Attributes, d.Status.Exit),
 		MaxLeases:   *p.Spec.MaxLeases,
 		HealthCheck: *p.Spec.HealthCheck,
 		Phase:       d.Status.Phase,
@@ -308,5 +308,6 @@ func (h *Hooks) record(log *slog.Logger, p *v1.Proxy, d lifecycle.Decision, cred
 		// A pool drains a member by labelling it; the lease store then grants it no lease.
 		Draining:        p.Labels[v1.PoolDrainingLabel] == "true",
 		AwaitingVerdict: d.ProbeIP != "",
+		Verify:          p.Spec.Verify,
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/proxy-operator/proxy-operator/client"
+	"github.com/proxy-operator/proxy-operator/internal/fleet"
 	"github.com/proxy-operator/proxy-operator/test/crawlfarm"
 )
 
@@ -24,7 +25,35 @@ type Config struct {
 	// defaults: 300 s and 3600 s).
 	RotatingBase, RotatingCap time.Duration
 	// Strategies to run, in order (default: random, rotating, leases, gateway).
+	// "leases-unscored" is leases with the operator ignoring quality bands
+	// (-lease-by-quality=false).
 	Strategies []string
+	// Datacenter and Slow are how many of the proxies every site treats as a datacenter's
+	// (403 always) or answers SlowDelay late (probes too); SlowProbe is the operator's
+	// -score-slow-probe.
+	Datacenter, Slow     int
+	SlowDelay, SlowProbe time.Duration
+	// PagesPerLease, when positive, makes the lease strategies release a lease after that
+	// many pages and take a fresh one (0: hold it until a 429 or 403).
+	PagesPerLease int
+	// Namespace of the fleet's Proxies (default "crawl"; see OperatorConfig.Namespace).
+	Namespace string
+}
+
+// Degraded is the `make bench-crawl-score` run: Default's farm where a quarter of the
+// proxies are datacenter addresses and another quarter slow, 6 workers (fewer than the 8
+// sound proxies, so the lease choice matters), leases with and without the quality score.
+func Degraded() Config {
+	c := Default()
+	c.Workers, c.Datacenter, c.Slow = 6, 4, 4
+	c.SlowDelay, c.SlowProbe = time.Second, 300*time.Millisecond
+	// A lease held until a 429 would keep whatever proxy the first choice gave for the whole
+	// run, so the choice would be made once; taking a fresh lease every 5 pages makes it
+	// matter, as it does for a crawler that leases per batch.
+	c.PagesPerLease = 5
+	c.Namespace = "crawl-degraded"
+	c.Strategies = []string{"leases-unscored", "leases"}
+	return c
 }
 
 // Default is the `make bench-crawl` run: 8 sites, 6 strict; 16 proxies; 16 workers; 4,000 URLs;
@@ -77,18 +106,31 @@ func Run(ctx context.Context, cfg Config, progress func(string)) ([]Row, error) 
 const token = "bench-crawler-token"
 
 func runOne(ctx context.Context, cfg Config, name string, progress func(string)) (Row, error) {
-	progress(fmt.Sprintf("%s: starting the operator with %d mock proxies", name, cfg.Proxies))
-	op, err := StartOperator(ctx, OperatorConfig{Proxies: cfg.Proxies, MaxLeases: cfg.Workers * cfg.Sites, Token: token,
-		RateLimitedCooldown: cfg.RateLimitedCooldown, BannedCooldown: cfg.BannedCooldown, MaxCooldown: cfg.MaxCooldown})
-	if err != nil {
-		return Row{}, err
-	}
-	defer op.Close()
 	farm, err := crawlfarm.Start(crawlfarm.MostlyStrict(cfg.Sites, cfg.Strict))
 	if err != nil {
 		return Row{}, err
 	}
 	defer farm.Close()
+	progress(fmt.Sprintf("%s: starting the operator with %d mock proxies", name, cfg.Proxies))
+	op, err := StartOperator(ctx, OperatorConfig{Proxies: cfg.Proxies, MaxLeases: cfg.Workers * cfg.Sites, Token: token,
+		RateLimitedCooldown: cfg.RateLimitedCooldown, BannedCooldown: cfg.BannedCooldown, MaxCooldown: cfg.MaxCooldown,
+		Namespace: cfg.Namespace, IgnoreBand: name == "leases-unscored", SlowProbe: cfg.SlowProbe,
+		ProbeDelay: func(ip string) time.Duration { _, d := farm.Treated(ip); return d }})
+	if err != nil {
+		return Row{}, err
+	}
+	defer op.Close()
+	if cfg.Datacenter > 0 || cfg.Slow > 0 {
+		t := degrade(op.View.List(), cfg.Datacenter, cfg.Slow)
+		t.SlowDelay = cfg.SlowDelay
+		farm.Treat(t)
+		progress(fmt.Sprintf("%s: sites treat %v as datacenter addresses and answer %v %s late; waiting until probes grade the slow ones", name, t.Datacenter, t.Slow, cfg.SlowDelay))
+		// Only probes can tell a slow proxy before any crawl; datacenter addresses are learnt
+		// from crawlers' reports, during the crawl.
+		if err := op.WaitGraded(ctx, t.Slow); err != nil {
+			return Row{}, err
+		}
+	}
 	c, err := client.New(op.DiscoveryURL, client.WithToken(op.Token), client.WithRetry(1, time.Second))
 	if err != nil {
 		return Row{}, err
@@ -108,8 +150,8 @@ func runOne(ctx context.Context, cfg Config, name string, progress func(string))
 		s = &random{pool: pool{c: c, selector: sel, auth: auth}}
 	case "rotating":
 		s = &rotating{pool: pool{c: c, selector: sel, auth: auth}, base: cfg.RotatingBase, cap: cfg.RotatingCap, state: map[string]*rotState{}}
-	case "leases":
-		s = &leases{c: c, selector: sel, sites: farm.Hosts(), ttl: time.Minute, held: map[[2]int]*heldLease{}, wait: map[[2]int]time.Duration{}}
+	case "leases", "leases-unscored":
+		s = &leases{label: name, pagesPerLease: cfg.PagesPerLease, c: c, selector: sel, sites: farm.Hosts(), ttl: time.Minute, held: map[[2]int]*heldLease{}, wait: map[[2]int]time.Duration{}}
 	case "gateway":
 		s = &viaGateway{proxy: &url.URL{Scheme: "http", Host: op.GatewayAddr, User: url.UserPassword("pool-crawl", op.Token)},
 			pause: time.Second, until: map[[2]int]time.Time{}}
@@ -133,6 +175,22 @@ func runOne(ctx context.Context, cfg Config, name string, progress func(string))
 		}
 	}
 	return Row{Result: res, Farm: st, Unbanned: len(proxyIPs) - banned, Proxies: len(proxyIPs)}, nil
+}
+
+// degrade picks the proxies the farm mistreats: every other one in key order, alternately
+// datacenter and slow, until each count is reached, so neither kind bunches in one place of
+// the list (least-loaded ties break by key).
+func degrade(ps []fleet.Proxy, datacenter, slow int) crawlfarm.Treatment {
+	var t crawlfarm.Treatment
+	for i, p := range ps {
+		switch {
+		case i%4 == 1 && len(t.Datacenter) < datacenter:
+			t.Datacenter = append(t.Datacenter, p.IP)
+		case i%4 == 3 && len(t.Slow) < slow:
+			t.Slow = append(t.Slow, p.IP)
+		}
+	}
+	return t
 }
 
 // Table renders the rows as a Markdown table.

@@ -427,6 +427,7 @@ func (r *rotating) finish(context.Context, int) {}
 // the site as target, kept alive while used; a 429 or 403 is reported with the site's
 // Retry-After and the lease released, and the next request for that site leases again.
 type leases struct {
+	label    string
 	c        *client.Client
 	selector map[string]string
 	sites    []string
@@ -437,12 +438,16 @@ type leases struct {
 	held             map[[2]int]*heldLease
 	// backoff per worker and site after a no-match, doubled up to maxNoMatchWait.
 	wait map[[2]int]time.Duration
+	// pagesPerLease, when positive, releases a lease after that many pages, as a crawler
+	// that takes a fresh lease per batch does (0: held until a 429 or 403).
+	pagesPerLease int
 }
 
 type heldLease struct {
-	l   *client.Lease
-	ka  *client.KeepAlive
-	url *url.URL
+	pages int // answered 200 through it
+	l     *client.Lease
+	ka    *client.KeepAlive
+	url   *url.URL
 }
 
 const (
@@ -450,7 +455,7 @@ const (
 	maxNoMatchWait = 2 * time.Second
 )
 
-func (l *leases) name() string                { return "leases" }
+func (l *leases) name() string                { return l.label }
 func (l *leases) start(context.Context) error { return nil }
 
 func (l *leases) get(worker, site int) *heldLease {
@@ -493,15 +498,36 @@ func (l *leases) pick(ctx context.Context, worker, site int) (*url.URL, time.Dur
 
 func (l *leases) answered(ctx context.Context, worker, site int, _ *url.URL, code int, retryAfter time.Duration) {
 	var result client.Result
+	k := [2]int{worker, site}
 	switch code {
 	case http.StatusTooManyRequests:
 		result = client.ResultRateLimited
 	case http.StatusForbidden:
 		result = client.ResultBanned
+	case http.StatusOK:
+		if l.pagesPerLease <= 0 {
+			return
+		}
+		l.mu.Lock()
+		h := l.held[k]
+		done := h != nil && h.pages+1 >= l.pagesPerLease
+		if h != nil {
+			h.pages++
+		}
+		if done {
+			delete(l.held, k)
+		}
+		l.mu.Unlock()
+		if done {
+			// A crawler that takes part in the quality score says how the batch went.
+			ctx = context.WithoutCancel(ctx)
+			_, _ = l.c.Report(ctx, h.l.ID, client.Report{Result: client.ResultOK, Target: l.sites[site]})
+			_ = h.ka.Release(ctx)
+		}
+		return
 	default:
 		return
 	}
-	k := [2]int{worker, site}
 	l.mu.Lock()
 	h := l.held[k]
 	delete(l.held, k)

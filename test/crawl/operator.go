@@ -1,10 +1,12 @@
 package crawl
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -30,6 +32,16 @@ type OperatorConfig struct {
 	Token string
 	// Cooldowns as -lease-cooldown, -lease-ban-cooldown, -lease-max-cooldown (zero: defaults).
 	RateLimitedCooldown, BannedCooldown, MaxCooldown time.Duration
+	// Namespace of the Proxies (default "crawl"). A mock proxy's address derives from its
+	// name, so two benchmarks on one machine at once need different namespaces.
+	Namespace string
+	// IgnoreBand is -lease-by-quality=false: leases ignore the quality band.
+	IgnoreBand bool
+	// SlowProbe is -score-slow-probe (zero: its default).
+	SlowProbe time.Duration
+	// ProbeDelay, when set, delays the probe target's answer to a proxy by what it returns
+	// for the proxy's address (a farm's slow treatment applies to probes too).
+	ProbeDelay func(ip string) time.Duration
 }
 
 // Operator is a running operator with its fleet Ready and healthy.
@@ -39,6 +51,7 @@ type Operator struct {
 	GatewayAddr string
 	Token       string
 	View        *fleet.View
+	health      interface{ Health(string) lifecycle.Health }
 	cancel      context.CancelFunc
 	done        chan error
 }
@@ -47,6 +60,32 @@ type Operator struct {
 func (o *Operator) Close() {
 	o.cancel()
 	<-o.done
+}
+
+// WaitGraded waits until every proxy at one of ips has a quality band below Good: the
+// operator has seen what the farm does to them. The score is kept whether or not leases
+// prefer bands, so runs with and without the preference start from the same knowledge.
+func (o *Operator) WaitGraded(ctx context.Context, ips []string) error {
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		left := 0
+		for _, p := range o.View.List() {
+			if slices.Contains(ips, p.IP) && o.health.Health(p.Key).Band == v1.BandGood {
+				left++
+			}
+		}
+		if left == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d degraded proxies still graded Good after 2 minutes", left, len(ips))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // StartOperator runs the real operator in-process (server.New and Run, as main does, with
@@ -63,13 +102,25 @@ func StartOperator(ctx context.Context, cfg OperatorConfig) (*Operator, error) {
 		Providers:     server.ProvidersConfig{Parsed: &pcfg},
 		Lease:         server.LeaseConfig{Cooldown: cfg.RateLimitedCooldown, BanCooldown: cfg.BannedCooldown, MaxCooldown: cfg.MaxCooldown},
 		ShutdownGrace: 5 * time.Second,
+		Quality:       server.QualityConfig{IgnoreBand: cfg.IgnoreBand, SlowProbe: cfg.SlowProbe},
 	})
 	if err != nil {
 		return nil, err
 	}
 	// The probe target: what every proxy fetches through itself to prove it works.
-	probe := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }),
-		ReadHeaderTimeout: 5 * time.Second}
+	probe := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if cfg.ProbeDelay != nil {
+			ip, _, _ := net.SplitHostPort(r.RemoteAddr)
+			if d := cfg.ProbeDelay(ip); d > 0 {
+				select {
+				case <-time.After(d):
+				case <-r.Context().Done():
+					return
+				}
+			}
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}), ReadHeaderTimeout: 5 * time.Second}
 	probeLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -82,7 +133,7 @@ func StartOperator(ctx context.Context, cfg OperatorConfig) (*Operator, error) {
 		_ = probe.Close()
 		done <- err
 	}()
-	o := &Operator{DiscoveryURL: "http://" + op.DiscoveryAddr(), GatewayAddr: op.GatewayAddr(), Token: cfg.Token, View: op.Fleet(), cancel: cancel, done: done}
+	o := &Operator{DiscoveryURL: "http://" + op.DiscoveryAddr(), GatewayAddr: op.GatewayAddr(), Token: cfg.Token, View: op.Fleet(), health: op.Health(), cancel: cancel, done: done}
 	if err := playMetacontroller(ctx, "http://"+op.HookAddr(), "http://"+probeLn.Addr().String()+"/generate_204", cfg, op.Health()); err != nil {
 		o.Close()
 		return nil, err
@@ -98,9 +149,10 @@ func playMetacontroller(ctx context.Context, hookURL, probeURL string, cfg Opera
 }) error {
 	d := &driver.Driver{URL: hookURL, Clock: driver.NewClock(time.Now()), ResyncPeriod: 120 * time.Second}
 	maxLeases := int32(cfg.MaxLeases)
+	ns := cmp.Or(cfg.Namespace, "crawl")
 	for i := range cfg.Proxies {
 		p := &v1.Proxy{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("px-%02d", i), Namespace: "crawl"},
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("px-%02d", i), Namespace: ns},
 			Spec: v1.ProxySpec{Mode: v1.ModeManaged, Provider: "mock", Attributes: map[string]string{"pool": "crawl"}, MaxLeases: &maxLeases,
 				HealthCheck: &v1.HealthCheckSpec{ProbeURL: probeURL, IntervalSeconds: 2, TimeoutSeconds: 2, FailureThreshold: 3, SuccessThreshold: 1}},
 		}
@@ -116,7 +168,7 @@ func playMetacontroller(ctx context.Context, hookURL, probeURL string, cfg Opera
 		}
 		ready := 0
 		for i := range cfg.Proxies {
-			key := fmt.Sprintf("crawl/px-%02d", i)
+			key := fmt.Sprintf("%s/px-%02d", ns, i)
 			if st, _ := d.Status(key); st.Phase == v1.PhaseReady && h.Health(key).State == lifecycle.HealthHealthy {
 				ready++
 			}

@@ -63,8 +63,10 @@ func (s Site) Validate() error {
 type Counts struct {
 	Served  int64 // 200
 	Limited int64 // 429
-	Refused int64 // 403 (banned)
+	Refused int64 // 403 (banned, or a datacenter address)
 	Bans    int64 // bans imposed
+	// DCRefused are the 403s answered to datacenter addresses (part of Refused).
+	DCRefused int64
 }
 
 // Requests is every request answered.
@@ -75,6 +77,7 @@ func (c *Counts) add(o Counts) {
 	c.Limited += o.Limited
 	c.Refused += o.Refused
 	c.Bans += o.Bans
+	c.DCRefused += o.DCRefused
 }
 
 // SiteStats is one site's counters.
@@ -101,6 +104,37 @@ type Stats struct {
 type Farm struct {
 	sites []*site
 	now   func() time.Time
+
+	// treat is who every site treats as a datacenter (403 always) or answers slowly.
+	tmu   sync.RWMutex
+	treat Treatment
+}
+
+// Treatment degrades some source addresses on every site, as real sites do: addresses on a
+// datacenter list are refused outright, and a congested or far-away exit is slow.
+type Treatment struct {
+	// Datacenter addresses get 403 on every request (counted as Refused and as DCRefused).
+	Datacenter []string
+	// Slow addresses are answered only after SlowDelay.
+	Slow      []string
+	SlowDelay time.Duration
+}
+
+// Treat sets the treatment every site applies from now on.
+func (f *Farm) Treat(t Treatment) {
+	f.tmu.Lock()
+	f.treat = t
+	f.tmu.Unlock()
+}
+
+// Treated says how the sites treat ip now.
+func (f *Farm) Treated(ip string) (datacenter bool, delay time.Duration) {
+	f.tmu.RLock()
+	defer f.tmu.RUnlock()
+	if slices.Contains(f.treat.Slow, ip) {
+		delay = f.treat.SlowDelay
+	}
+	return slices.Contains(f.treat.Datacenter, ip), delay
 }
 
 type site struct {
@@ -142,7 +176,7 @@ func start(sites []Site, now func() time.Time) (*Farm, error) {
 		}
 		s := &site{cfg: cfg, host: ln.Addr().String(), clients: map[string]*client{}, done: make(chan struct{})}
 		s.srv = &http.Server{
-			Handler:           http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.serve(w, r, f.now()) }),
+			Handler:           http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.serve(w, r, f) }),
 			ReadHeaderTimeout: 5 * time.Second,
 			ReadTimeout:       10 * time.Second,
 			WriteTimeout:      10 * time.Second,
@@ -176,12 +210,27 @@ func (f *Farm) Close() {
 	}
 }
 
-func (s *site) serve(w http.ResponseWriter, r *http.Request, now time.Time) {
+func (s *site) serve(w http.ResponseWriter, r *http.Request, f *Farm) {
 	ip, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
 		ip = r.RemoteAddr
 	}
-	code, retryAfter := s.admit(ip, now)
+	dc, delay := f.Treated(ip)
+	if delay > 0 {
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			t.Stop()
+			return
+		}
+	}
+	code, retryAfter := http.StatusForbidden, 0
+	if dc {
+		s.refuseDatacenter(ip)
+	} else {
+		code, retryAfter = s.admit(ip, f.now())
+	}
 	switch code {
 	case http.StatusOK:
 		w.Header().Set("Content-Type", "text/plain")
@@ -191,6 +240,21 @@ func (s *site) serve(w http.ResponseWriter, r *http.Request, now time.Time) {
 		http.Error(w, "too many requests", code)
 	default:
 		http.Error(w, "forbidden", code)
+	}
+}
+
+// refuseDatacenter counts a 403 to a datacenter address: refused whatever its rate.
+func (s *site) refuseDatacenter(ip string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d := Counts{Refused: 1, DCRefused: 1}
+	s.counts.add(d)
+	if c := s.clients[ip]; c != nil {
+		c.add(d)
+	} else if len(s.clients) < MaxClientsPerSite {
+		c = &client{}
+		c.add(d)
+		s.clients[ip] = c
 	}
 }
 

@@ -115,3 +115,35 @@ func TestValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestTreatment: a datacenter address gets 403 on every request whatever its rate, counted as
+// refused and as a datacenter refusal; a slow address is served (late); others are untouched.
+func TestTreatment(t *testing.T) {
+	clock := clocktest.New(time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC))
+	cfg := Lenient("site", "127.0.10.201:0")
+	f, err := start([]Site{cfg}, clock.Now)
+	if err != nil {
+		t.Skipf("cannot listen on %s: %v", cfg.Addr, err)
+	}
+	t.Cleanup(f.Close)
+	f.Treat(Treatment{Datacenter: []string{"127.0.12.1"}, Slow: []string{"127.0.12.2"}, SlowDelay: 10 * time.Millisecond})
+	url := "http://" + f.Hosts()[0] + "/page"
+	for _, tc := range []struct {
+		ip   string
+		want int
+	}{{"127.0.12.1", 403}, {"127.0.12.1", 403}, {"127.0.12.2", 200}, {"127.0.12.3", 200}} {
+		if code, _ := get(t, from(t, tc.ip), url); code != tc.want {
+			t.Errorf("from %s: %d, want %d", tc.ip, code, tc.want)
+		}
+	}
+	if dc, d := f.Treated("127.0.12.2"); dc || d != 10*time.Millisecond {
+		t.Errorf("Treated(slow) = %v, %v", dc, d)
+	}
+	st := f.Stats()
+	if diff := cmp.Diff(Counts{Served: 2, Refused: 2, DCRefused: 2}, st.Total); diff != "" {
+		t.Errorf("totals mismatch (-want +got):\n%s", diff)
+	}
+	if got := st.ByIP["127.0.12.1"]; got.DCRefused != 2 || got.Bans != 0 {
+		t.Errorf("datacenter address counts %+v: want 2 refusals and no ban", got)
+	}
+}

@@ -4,6 +4,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -18,6 +19,14 @@ import (
 
 func main() {
 	cfg := crawl.Default()
+	// -degraded starts from crawl.Degraded (leases with and without the quality score on a
+	// farm that mistreats some proxies); flags given after it still apply.
+	for _, a := range os.Args[1:] {
+		if a == "-degraded" || a == "--degraded" {
+			cfg = crawl.Degraded()
+		}
+	}
+	flag.Bool("degraded", false, "start from the degraded farm: datacenter and slow proxies, leases with and without the quality score")
 	flag.IntVar(&cfg.Sites, "sites", cfg.Sites, "K sites")
 	flag.IntVar(&cfg.Strict, "strict", cfg.Strict, "how many sites are strict")
 	flag.IntVar(&cfg.Proxies, "proxies", cfg.Proxies, "P mock proxies")
@@ -28,7 +37,12 @@ func main() {
 	flag.DurationVar(&cfg.BannedCooldown, "lease-ban-cooldown", 0, "operator -lease-ban-cooldown (0: its default)")
 	flag.DurationVar(&cfg.RotatingBase, "rotating-base", cfg.RotatingBase, "rotating strategy's backoff base")
 	flag.DurationVar(&cfg.RotatingCap, "rotating-cap", cfg.RotatingCap, "rotating strategy's backoff cap")
-	strategies := flag.String("strategies", "random,rotating,leases,gateway", "strategies to run, comma-separated")
+	flag.IntVar(&cfg.Datacenter, "datacenter", cfg.Datacenter, "proxies every site refuses as datacenter addresses (403 always)")
+	flag.IntVar(&cfg.Slow, "slow", cfg.Slow, "proxies every site (and the probe target) answers -slow-delay late")
+	flag.DurationVar(&cfg.SlowDelay, "slow-delay", cfg.SlowDelay, "delay of answers to slow proxies")
+	flag.IntVar(&cfg.PagesPerLease, "pages-per-lease", cfg.PagesPerLease, "lease strategies take a fresh lease after this many pages (0: hold it until a 429 or 403)")
+	flag.DurationVar(&cfg.SlowProbe, "slow-probe", cfg.SlowProbe, "operator -score-slow-probe (0: its default)")
+	strategies := flag.String("strategies", cmp.Or(strings.Join(cfg.Strategies, ","), "random,rotating,leases,gateway"), "strategies to run, comma-separated (random, rotating, leases, gateway, leases-unscored)")
 	verbose := flag.Bool("v", false, "print the farm's counters per site for each strategy")
 	flag.Parse()
 	cfg.Strategies = strings.Split(*strategies, ",")
@@ -42,6 +56,10 @@ func main() {
 	}
 	fmt.Printf("farm: %d sites (%d strict), %d mock proxies, %d workers, %d URLs, budget %s per strategy\n",
 		cfg.Sites, cfg.Strict, cfg.Proxies, cfg.Workers, cfg.Sites*cfg.URLsPerSite, cfg.Budget)
+	if cfg.Datacenter > 0 || cfg.Slow > 0 {
+		fmt.Printf("  degraded: %d proxies refused as datacenter addresses on every site, %d answered %s late (probes too)\n",
+			cfg.Datacenter, cfg.Slow, cfg.SlowDelay)
+	}
 	s, l := crawlfarm.Strict("", ""), crawlfarm.Lenient("", "")
 	for _, x := range []crawlfarm.Site{s, l} {
 		kind := "strict"
@@ -54,8 +72,8 @@ func main() {
 	fmt.Println()
 	fmt.Print(crawl.Table(rows, cfg.Budget))
 	for _, r := range rows {
-		fmt.Printf("\n%s: crawler saw %d pages, %d 429, %d 403, %d failed; %d leases, %d no-match\n",
-			r.Strategy, r.Pages, r.Limited, r.Banned, r.Failed, r.Leases, r.NoMatch)
+		fmt.Printf("\n%s: crawler saw %d pages, %d 429, %d 403 (%d of them to datacenter addresses), %d failed; %d leases, %d no-match\n",
+			r.Strategy, r.Pages, r.Limited, r.Banned, r.Farm.Total.DCRefused, r.Failed, r.Leases, r.NoMatch)
 		if *verbose {
 			for _, st := range r.Farm.Sites {
 				fmt.Printf("  %s %s: served %d, 429 %d, 403 %d, bans %d, banned now %d\n", st.Name, st.Host, st.Served, st.Limited, st.Refused, st.Bans, len(st.BannedNow))
