@@ -33,6 +33,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/providers"
 	"github.com/proxy-operator/proxy-operator/providers/factory"
 	"github.com/proxy-operator/proxy-operator/server/discovery"
+	"github.com/proxy-operator/proxy-operator/server/discovery/access"
 	"github.com/proxy-operator/proxy-operator/server/gateway"
 	"github.com/proxy-operator/proxy-operator/server/hooks"
 	"github.com/proxy-operator/proxy-operator/server/hooks/membudget"
@@ -93,7 +94,55 @@ func New(cfg Config) (_ *Operator, err error) {
 			o.close()
 		}
 	}()
-	reg, gat := cfg.Registerer, cfg.Gatherer
+	reg := o.buildMetrics()
+	if err := o.buildProviders(reg); err != nil {
+		return nil, err
+	}
+	tokens, err := o.loadTokens()
+	if err != nil {
+		return nil, err
+	}
+	// Listeners first: the egress policy must know their bound addresses.
+	own, err := o.listen()
+	if err != nil {
+		return nil, err
+	}
+	egress, err := o.buildEgress(own)
+	if err != nil {
+		return nil, err
+	}
+	if err := o.connect(); err != nil {
+		return nil, err
+	}
+	if err := o.checkDemo(); err != nil {
+		return nil, err
+	}
+	if err := o.buildHealth(reg, egress); err != nil {
+		return nil, err
+	}
+	h, err := o.buildHooks(reg, egress)
+	if err != nil {
+		return nil, err
+	}
+	disc := o.buildDiscovery(reg, tokens)
+	if err := o.buildLeases(disc, egress); err != nil {
+		return nil, err
+	}
+	o.buildPoolHooks(h, reg)
+	o.buildOutcomes(disc)
+	if err := o.buildGC(reg); err != nil {
+		return nil, err
+	}
+	if err := o.buildServers(h, disc, tokens, reg); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// buildMetrics picks the Registerer every component registers on (a fresh registry with the
+// Go and process collectors when none is given) and the Gatherer /metrics serves.
+func (o *Operator) buildMetrics() prometheus.Registerer {
+	reg, gat := o.cfg.Registerer, o.cfg.Gatherer
 	if reg == nil {
 		r := prometheus.NewRegistry()
 		r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -106,69 +155,86 @@ func New(cfg Config) (_ *Operator, err error) {
 		gat = g
 	}
 	o.gatherer = gat
+	return reg
+}
 
+// buildProviders builds the provider set from the providers file, the parsed config or the
+// default, plus the extra entries tests inject.
+func (o *Operator) buildProviders(reg prometheus.Registerer) (err error) {
+	cfg := o.cfg
 	pcfg := factory.Default()
 	switch {
 	case cfg.Providers.File != "":
 		if pcfg, err = factory.Load(cfg.Providers.File); err != nil {
-			return nil, err
+			return err
 		}
 	case cfg.Providers.Parsed != nil:
 		pcfg = *cfg.Providers.Parsed
 		if err := pcfg.Validate(); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if o.providers, err = factory.Build(pcfg, factory.Deps{Metrics: providers.NewMetrics(reg)}); err != nil {
-		return nil, err
+		return err
 	}
 	if len(cfg.Providers.Extra) > 0 {
 		o.providers = providers.NewSet(append(o.providers.Entries(), cfg.Providers.Extra...)...)
 	}
 	for _, e := range o.providers.Entries() {
-		log.Info("provider configured", "provider", e.Name, "type", e.Type)
+		o.log.Info("provider configured", "provider", e.Name, "type", e.Type)
 	}
-	tokens, err := discovery.Tokens(cfg.Discovery.Token, cfg.Discovery.TokenFile, cfg.Discovery.Insecure)
+	return nil
+}
+
+// loadTokens loads the discovery (and gateway) bearer tokens; nil only with -discovery-insecure.
+func (o *Operator) loadTokens() (*access.Tokens, error) {
+	tokens, err := discovery.Tokens(o.cfg.Discovery.Token, o.cfg.Discovery.TokenFile, o.cfg.Discovery.Insecure)
 	if err != nil {
 		return nil, err
 	}
 	if tokens != nil {
-		log.Info("discovery tokens loaded", "count", tokens.Len())
+		o.log.Info("discovery tokens loaded", "count", tokens.Len())
 	}
+	return tokens, nil
+}
 
-	// Listeners first: the egress policy must know their bound addresses.
+// listen binds the hook, discovery and (when set) gateway listeners and returns every address
+// they answer on, configured and bound, for the egress policy to refuse.
+func (o *Operator) listen() (own []string, err error) {
+	cfg := o.cfg
 	if o.hookLn, err = net.Listen("tcp", cfg.Hooks.Addr); err != nil {
 		return nil, fmt.Errorf("hook listener: %w", err)
 	}
 	if o.discLn, err = net.Listen("tcp", cfg.Discovery.Addr); err != nil {
 		return nil, fmt.Errorf("discovery listener: %w", err)
 	}
-	own := []string{o.HookAddr(), o.DiscoveryAddr(), cfg.Hooks.Addr, cfg.Discovery.Addr}
+	own = []string{o.HookAddr(), o.DiscoveryAddr(), cfg.Hooks.Addr, cfg.Discovery.Addr}
 	if cfg.Gateway.Addr != "" {
 		if o.gwLn, err = net.Listen("tcp", cfg.Gateway.Addr); err != nil {
 			return nil, fmt.Errorf("gateway listener: %w", err)
 		}
 		own = append(own, o.gwLn.Addr().String(), cfg.Gateway.Addr)
 	}
+	return own, nil
+}
+
+// buildEgress builds the policy every outbound connection (probes, leases, hooks) is checked
+// against; mock providers may use loopback.
+func (o *Operator) buildEgress(own []string) (*netpolicy.Policy, error) {
 	var loopbackProviders []string
 	for _, e := range o.providers.Entries() {
 		if e.Type == "mock" {
 			loopbackProviders = append(loopbackProviders, e.Name)
 		}
 	}
-	egress, err := netpolicy.New(netpolicy.Config{AllowLoopback: cfg.Egress.AllowLoopback, LoopbackProviders: loopbackProviders,
-		ExternalCIDRs: cfg.Egress.ExternalCIDRs, OwnListeners: own})
-	if err != nil {
-		return nil, err
-	}
+	return netpolicy.New(netpolicy.Config{AllowLoopback: o.cfg.Egress.AllowLoopback, LoopbackProviders: loopbackProviders,
+		ExternalCIDRs: o.cfg.Egress.ExternalCIDRs, OwnListeners: own})
+}
 
-	if err := o.connect(); err != nil {
-		return nil, err
-	}
-	if err := o.checkDemo(); err != nil {
-		return nil, err
-	}
-
+// buildHealth builds the fleet view, the prober, the GeoIP resolver, the echo listener (with
+// Quality.EchoAddr) and the scheduler, and with a cluster the health mark and the Event recorder.
+func (o *Operator) buildHealth(reg prometheus.Registerer, egress *netpolicy.Policy) (err error) {
+	cfg, log := o.cfg, o.log
 	o.fleet = fleet.New(time.Now, cfg.FleetWarmup)
 	o.prober = health.NewHTTPProber(nil, health.WithEgressPolicy(egress))
 	hlog := cfg.Health.Log
@@ -177,11 +243,11 @@ func New(cfg Config) (_ *Operator, err error) {
 	}
 	q := cfg.Quality
 	if o.geo, err = geoip.Open(geoip.Config{CountryPath: q.GeoIPDB, ASNPath: q.ASNDB, Log: log.With("component", "geoip")}); err != nil {
-		return nil, fmt.Errorf("-geoip-db/-asn-db: %w", err)
+		return fmt.Errorf("-geoip-db/-asn-db: %w", err)
 	}
 	if q.EchoAddr != "" {
 		if o.echoLn, err = net.Listen("tcp", q.EchoAddr); err != nil {
-			return nil, fmt.Errorf("echo listener: %w", err)
+			return fmt.Errorf("echo listener: %w", err)
 		}
 		o.echoSrv = &http.Server{Handler: health.EchoHandler(), ReadHeaderTimeout: 5 * time.Second,
 			ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second, IdleTimeout: 30 * time.Second, MaxHeaderBytes: 8 << 10}
@@ -189,7 +255,7 @@ func New(cfg Config) (_ *Operator, err error) {
 	if o.sched, err = health.New(health.Config{View: o.fleet, Prober: o.prober, Workers: cfg.Health.Workers,
 		Registerer: reg, FleetDurationOnly: cfg.Health.DurationFleetOnly, Log: hlog, OnTransition: o.notifyTransition,
 		ExitURL: q.ExitURL, ExitInterval: q.ExitInterval, Geo: o.geo, ScoreHalfLife: q.ScoreHalfLife, SlowProbe: q.SlowProbe}); err != nil {
-		return nil, err
+		return err
 	}
 	if o.kube != nil {
 		if o.marker, err = mark.New(mark.Config{
@@ -197,10 +263,17 @@ func New(cfg Config) (_ *Operator, err error) {
 			Behind:  mark.FleetBehind(o.fleet, o.sched),
 			QPS:     cfg.Health.MarkQPS, Log: log.With("component", "healthmark"),
 		}); err != nil {
-			return nil, err
+			return err
 		}
 		o.events = events.NewRecorder(o.kube.Core, log.With("component", "events"))
 	}
+	return nil
+}
+
+// buildHooks builds the Metacontroller hooks with their memory budget and, with -capture-dir,
+// the recorder of every call.
+func (o *Operator) buildHooks(reg prometheus.Registerer, egress *netpolicy.Policy) (*hooks.Hooks, error) {
+	cfg, log := o.cfg, o.log
 	h := &hooks.Hooks{
 		Providers:       o.providers,
 		Fleet:           o.fleet,
@@ -208,7 +281,7 @@ func New(cfg Config) (_ *Operator, err error) {
 		HealthResync:    health.ResyncPolicy{QPS: cfg.Health.ResyncQPS}.After,
 		Log:             log,
 		Registerer:      reg,
-		Gatherer:        gat,
+		Gatherer:        o.gatherer,
 		MaxBodyBytes:    cfg.Hooks.MaxBodyBytes,
 		ProviderTimeout: cfg.Hooks.ProviderTimeout,
 		BodyReadTimeout: cfg.Hooks.BodyReadTimeout,
@@ -229,9 +302,20 @@ func New(cfg Config) (_ *Operator, err error) {
 		h.Recorder = rec
 		log.Warn("capturing every hook call", "dir", cfg.Capture.Dir)
 	}
-	disc := &discovery.Discovery{Fleet: o.fleet, Health: o.sched, Tokens: tokens, Insecure: cfg.Discovery.Insecure,
-		Log: log.With("component", "discovery"), Registerer: reg, MaxTTL: cfg.Lease.MaxTTL}
+	return h, nil
+}
 
+// buildDiscovery builds the crawler-facing API over the process's fleet view; buildLeases
+// gives it its store (and, with Redis, what the operator published there).
+func (o *Operator) buildDiscovery(reg prometheus.Registerer, tokens *access.Tokens) *discovery.Discovery {
+	return &discovery.Discovery{Fleet: o.fleet, Health: o.sched, Tokens: tokens, Insecure: o.cfg.Discovery.Insecure,
+		Log: o.log.With("component", "discovery"), Registerer: reg, MaxTTL: o.cfg.Lease.MaxTTL}
+}
+
+// buildLeases builds the lease store, in memory or in Redis (-lease-store); with Redis,
+// discovery reads the fleet published there.
+func (o *Operator) buildLeases(disc *discovery.Discovery, egress *netpolicy.Policy) (err error) {
+	cfg := o.cfg
 	if cfg.Lease.Store == "" {
 		o.memory = lease.NewMemory(lease.Config{
 			Fleet: o.fleet, Health: o.sched, Now: time.Now,
@@ -239,7 +323,7 @@ func New(cfg Config) (_ *Operator, err error) {
 			BannedCooldown:      cfg.Lease.BanCooldown,
 			MaxCooldown:         cfg.Lease.MaxCooldown,
 			Observe:             cfg.Lease.Observe,
-			PreferBand:          !q.IgnoreBand,
+			PreferBand:          !cfg.Quality.IgnoreBand,
 			Admit: func(p fleet.Proxy) error {
 				return egress.CheckHost(p.IP, uint16(p.Port), netpolicy.Dest{External: p.Mode == v1.ModeExternal, Provider: p.Provider})
 			},
@@ -248,53 +332,72 @@ func New(cfg Config) (_ *Operator, err error) {
 	} else {
 		// Discovery reads what the operator published, like every replica: after a restart it
 		// serves from Redis at once instead of waiting for the view to refill.
-		if o.redis, err = newRedisBackend(cfg.Lease, log); err != nil {
-			return nil, err
+		if o.redis, err = newRedisBackend(cfg.Lease, o.log); err != nil {
+			return err
 		}
-		o.redis.publisher(o.fleet, o.sched, log)
+		o.redis.publisher(o.fleet, o.sched, o.log)
 		o.store = o.redis.store
 		disc.Fleet, disc.Health = o.redis.reader, o.redis.reader
 	}
-	// The ProxyPool controller's hooks read the lease store's view of each pool's members
-	// (both stores have it; with Redis it is what every replica granted and refused).
-	h.Pools = &poolhook.Hooks{Log: log.With("component", "pools"), Metrics: poolhook.NewMetrics(reg)}
+	return nil
+}
+
+// buildPoolHooks gives the ProxyPool controller's hooks the lease store's view of each
+// pool's members (both stores have it; with Redis it is what every replica granted and
+// refused).
+func (o *Operator) buildPoolHooks(h *hooks.Hooks, reg prometheus.Registerer) {
+	h.Pools = &poolhook.Hooks{Log: o.log.With("component", "pools"), Metrics: poolhook.NewMetrics(reg)}
 	if pl, ok := o.store.(lease.PoolLoad); ok {
 		h.Pools.Load = pl
 	}
-	// Crawlers' reports (and the gateway's, through the store) feed the quality score.
+	if o.events != nil {
+		h.Pools.Events = o.events // scale and rotation decisions as Events on the pool
+	}
+}
+
+// buildOutcomes wraps the lease store so crawlers' reports (and the gateway's, through the
+// store) feed the quality score, and hands the wrapped store to discovery. The pool hooks
+// keep the bare store: they read its load, they never report.
+func (o *Operator) buildOutcomes(disc *discovery.Discovery) {
 	o.store = lease.WithOutcomes(o.store, func(proxy string, r lease.Result) {
 		o.sched.Report(proxy, reportOutcome(r), time.Now())
 	})
 	disc.Leases = o.store
-	if o.events != nil {
-		h.Pools.Events = o.events // scale and rotation decisions as Events on the pool
-	}
+}
 
-	if cfg.GC.Interval > 0 {
-		var dyn dynamic.Interface
-		if o.kube != nil {
-			dyn = o.kube.Dynamic
-		}
-		srcs := gc.Sources(o.fleet, dyn)
-		o.collector, err = gc.New(gc.Config{Providers: o.providers, Sources: srcs, Interval: cfg.GC.Interval, MinAge: cfg.GC.MinAge,
-			MaxDeletions: cfg.GC.MaxDeletions, DryRun: cfg.GC.DryRun, Log: log.With("component", "gc"), Registerer: reg})
-		if err != nil {
-			return nil, err
-		}
-		log.Info("orphan gc enabled", "source", srcs[0].Name(), "interval", cfg.GC.Interval.String(), "dryRun", cfg.GC.DryRun)
+// buildGC builds the orphan collector when -gc-interval is set.
+func (o *Operator) buildGC(reg prometheus.Registerer) (err error) {
+	cfg := o.cfg
+	if cfg.GC.Interval <= 0 {
+		return nil
 	}
+	var dyn dynamic.Interface
+	if o.kube != nil {
+		dyn = o.kube.Dynamic
+	}
+	srcs := gc.Sources(o.fleet, dyn)
+	o.collector, err = gc.New(gc.Config{Providers: o.providers, Sources: srcs, Interval: cfg.GC.Interval, MinAge: cfg.GC.MinAge,
+		MaxDeletions: cfg.GC.MaxDeletions, DryRun: cfg.GC.DryRun, Log: o.log.With("component", "gc"), Registerer: reg})
+	if err != nil {
+		return err
+	}
+	o.log.Info("orphan gc enabled", "source", srcs[0].Name(), "interval", cfg.GC.Interval.String(), "dryRun", cfg.GC.DryRun)
+	return nil
+}
 
+// buildServers builds the HTTP servers for the hook, discovery and gateway listeners.
+func (o *Operator) buildServers(h *hooks.Hooks, disc *discovery.Discovery, tokens *access.Tokens, reg prometheus.Registerer) error {
 	o.hookSrv = h.Server()
 	o.discSrv = disc.Server("")
 	if o.gwLn != nil {
-		gw := &gateway.Gateway{Leases: o.store, Fleet: disc.Fleet, Tokens: tokens, Insecure: cfg.Discovery.Insecure,
-			Log: log.With("component", "gateway"), Registerer: reg}
-		if err := cfg.Gateway.Apply(gw); err != nil {
-			return nil, err
+		gw := &gateway.Gateway{Leases: o.store, Fleet: disc.Fleet, Tokens: tokens, Insecure: o.cfg.Discovery.Insecure,
+			Log: o.log.With("component", "gateway"), Registerer: reg}
+		if err := o.cfg.Gateway.Apply(gw); err != nil {
+			return err
 		}
 		o.gwSrv, o.gwLn = gw.Server(), gw.Listener(o.gwLn)
 	}
-	return o, nil
+	return nil
 }
 
 // connect finds the Kubernetes client, or decides to run without one.

@@ -236,7 +236,8 @@ const Redacted = "[redacted]"
 
 // Redact returns body with the credentials of every credentials Secret in it (one with a
 // password or htpasswd key) replaced: the password by Redacted, the htpasswd line by
-// "username:[redacted]". The username stays, so a redacted capture still replays: the Secret
+// "username:[redacted]". A Secret is an object of kind Secret or any object under a
+// "Secret.v1" key (Metacontroller's children and related maps), kind or not. The username stays, so a redacted capture still replays: the Secret
 // it shows is well formed. Other Secrets (cloud-init) are left alone, as before credentials
 // existed. A body that is not JSON is returned as is, since it cannot hold a decoded Secret.
 func Redact(body []byte) []byte {
@@ -263,6 +264,17 @@ func redactAny(v any) bool {
 			changed = redactSecret(t) || changed
 		}
 		for _, k := range slices.Sorted(maps.Keys(t)) {
+			if k == SecretTypeKey {
+				// Metacontroller's children and related maps key objects by type; a
+				// Secret there is one whether or not it repeats its kind.
+				if objs, ok := t[k].(map[string]any); ok {
+					for _, o := range objs {
+						if s, ok := o.(map[string]any); ok && s["kind"] != "Secret" {
+							changed = redactSecret(s) || changed
+						}
+					}
+				}
+			}
 			changed = redactAny(t[k]) || changed
 		}
 	case []any:

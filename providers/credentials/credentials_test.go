@@ -2,6 +2,7 @@ package credentials
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -156,5 +157,27 @@ func TestCredentialsNeverPrintPassword(t *testing.T) {
 	var none *providers.Credentials
 	if u := none.ProxyURL("127.0.0.1:3128").String(); u != "http://127.0.0.1:3128" {
 		t.Errorf("nil ProxyURL = %s", u)
+	}
+}
+
+// TestRedactSecretWithoutKind: a related (or observed) Secret keyed under Secret.v1 is
+// redacted even when the object leaves out kind, as Metacontroller's maps key it by type.
+func TestRedactSecretWithoutKind(t *testing.T) {
+	pw := base64.StdEncoding.EncodeToString([]byte("hunter2-related"))
+	body := []byte(`{"related":{"Secret.v1":{"team-a/creds":{"metadata":{"name":"creds"},"data":{"username":"YWxpY2U=","password":"` + pw + `"}}}},` +
+		`"children":{"Secret.v1":{"x":{"stringData":{"username":"bob","password":"hunter3-child"}}}}}`)
+	got := Redact(body)
+	if bytes.Contains(got, []byte(pw)) || bytes.Contains(got, []byte("hunter3-child")) {
+		t.Fatalf("password of a Secret without kind survived: %s", got)
+	}
+	var req struct {
+		Related map[string]map[string]json.RawMessage
+	}
+	if err := json.Unmarshal(got, &req); err != nil {
+		t.Fatal(err)
+	}
+	c, err := ForExternal("team-a", "creds", req.Related)
+	if err != nil || c.Username != "alice" || c.Password != Redacted {
+		t.Fatalf("redacted related Secret read back: %+v %v", c, err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"time"
 
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/internal/events"
@@ -56,7 +57,56 @@ func (h *Hooks) sync(ctx context.Context, hook string, body []byte, ex *Exchange
 		return nil, err
 	}
 	finalizing := req.Finalizing || hook == "finalize"
-	in := lifecycle.Input{Proxy: p, Finalizing: finalizing, Now: ex.Now}
+	log := h.Log.With("proxy", p.Key(), "hook", hook)
+	st, err := h.inputFor(ctx, log, &req, p, finalizing, ex.Now)
+	if err != nil {
+		return nil, err
+	}
+	in, entry, children, observed, cred := st.in, st.entry, st.children, st.observed, st.cred
+	d := lifecycle.Decide(in)
+	if d.Action != nil {
+		in.Outcome = h.run(ctx, log, entry, *d.Action)
+		d = lifecycle.Decide(in)
+	}
+	ex.ProviderType, ex.Input, ex.Decision = entry.Type, in, d
+	if in.ProviderKnown {
+		h.setRetry(p, finalizing, d)
+	}
+	h.record(log, p, d, h.proxyCredentials(log, p, cred, req.Related))
+	if h.Events != nil {
+		if evs := events.For(in, d); len(evs) > 0 {
+			h.Events.Record(p, evs)
+		}
+	}
+	kids := providers.DesiredChildren(children, observed, finalizing)
+	if cred != nil {
+		kids = append(kids, cred.Child)
+	}
+	resp := metacontroller.SyncResponse{
+		Status:             d.Status,
+		Children:           kids,
+		ResyncAfterSeconds: d.ResyncAfter.Seconds(),
+		Finalized:          d.Finalized,
+	}
+	return resp, nil
+}
+
+// syncState is a Proxy sync's input to the decision and what acting on the decision and
+// answering need: the provider entry, the children-bound provider, the observed children
+// (without the credential Secret) and the Proxy's credential.
+type syncState struct {
+	in       lifecycle.Input
+	entry    providers.Entry
+	children providers.BoundProvider
+	observed metacontroller.RelativeObjects
+	cred     *credentials.Managed
+}
+
+// inputFor turns a hook request into the decision's input: the spec checked (and its
+// external endpoint against the egress policy), the health verdict, the provider, the
+// credential and cloud-init resolved, and the instance observed unless a retry is pending.
+func (h *Hooks) inputFor(ctx context.Context, log *slog.Logger, req *metacontroller.SyncRequest, p *v1.Proxy, finalizing bool, now time.Time) (syncState, error) {
+	in := lifecycle.Input{Proxy: p, Finalizing: finalizing, Now: now}
 	in.SpecErr = p.Spec.Validate()
 	p.Spec.Default()
 	if ep := p.Spec.Endpoint; in.SpecErr == nil && h.Egress != nil && p.Spec.Mode == v1.ModeExternal && ep != nil {
@@ -73,8 +123,6 @@ func (h *Hooks) sync(ctx context.Context, hook string, body []byte, ex *Exchange
 			in.Health = lifecycle.RecordedHealth(p.Status)
 		}
 	}
-	log := h.Log.With("proxy", key, "hook", hook)
-
 	var entry providers.Entry
 	// A spec that turned invalid after its instance was made must still let the Proxy be
 	// deleted: finalize looks the provider up whatever the spec says.
@@ -96,7 +144,7 @@ func (h *Hooks) sync(ctx context.Context, hook string, body []byte, ex *Exchange
 			// The Secret is answered by this hook, not kept by the pass-through.
 			c, err := credentials.ForManaged(parent, req.Children)
 			if err != nil {
-				return nil, err
+				return syncState{}, err
 			}
 			if c.Discarded != "" {
 				log.Warn("credentials secret unusable: dropped for a new one", "reason", c.Discarded)
@@ -127,32 +175,7 @@ func (h *Hooks) sync(ctx context.Context, hook string, body []byte, ex *Exchange
 	if fs := h.Fleet; fs != nil && h.HealthResync != nil {
 		in.HealthResync = h.HealthResync(fs.Len(), *p.Spec.HealthCheck)
 	}
-	d := lifecycle.Decide(in)
-	if d.Action != nil {
-		in.Outcome = h.run(ctx, log, entry, *d.Action)
-		d = lifecycle.Decide(in)
-	}
-	ex.ProviderType, ex.Input, ex.Decision = entry.Type, in, d
-	if in.ProviderKnown {
-		h.setRetry(p, finalizing, d)
-	}
-	h.record(log, p, d, h.proxyCredentials(log, p, cred, req.Related))
-	if h.Events != nil {
-		if evs := events.For(in, d); len(evs) > 0 {
-			h.Events.Record(p, evs)
-		}
-	}
-	kids := providers.DesiredChildren(children, observed, finalizing)
-	if cred != nil {
-		kids = append(kids, cred.Child)
-	}
-	resp := metacontroller.SyncResponse{
-		Status:             d.Status,
-		Children:           kids,
-		ResyncAfterSeconds: d.ResyncAfter.Seconds(),
-		Finalized:          d.Finalized,
-	}
-	return resp, nil
+	return syncState{in: in, entry: entry, children: children, observed: observed, cred: cred}, nil
 }
 
 // observe asks the provider what exists for this Proxy.

@@ -130,3 +130,25 @@ func TestCaptureIsPrivateBoundedAndRedacted(t *testing.T) {
 		}
 	})
 }
+
+// TestExistingCaptureDirIsTightened: a capture directory that already exists with a loose mode
+// (a hostPath, an earlier run under another umask) is made 0700 before anything is written.
+func TestExistingCaptureDirIsTightened(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "capture")
+	if err := os.Mkdir(root, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(root, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := replay.NewRecorder(root, nil); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fi.Mode().Perm(); got != 0o700 {
+		t.Errorf("capture dir mode %o, want 700", got)
+	}
+}

@@ -54,9 +54,13 @@ type Recorder struct {
 
 var _ hooks.Recorder = (*Recorder)(nil)
 
-// NewRecorder returns a Recorder writing under dir, which it creates.
+// NewRecorder returns a Recorder writing under dir, which it creates, or tightens to 0700 if
+// it exists: captures hold hook bodies, for the operator's eyes only.
 func NewRecorder(dir string, log *slog.Logger) (*Recorder, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("capture dir: %w", err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("capture dir: %w", err)
 	}
 	if log == nil {
