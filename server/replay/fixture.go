@@ -10,9 +10,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"time"
 
 	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
@@ -100,11 +102,15 @@ type Case struct {
 	WantCalls []mock.Call
 }
 
+// MaxFileSize bounds one fixture file: a hook body is far smaller (the hooks refuse bodies
+// over a few MiB), so a larger file is a mistake or hostile, not a fixture.
+const MaxFileSize = 32 << 20
+
 // Load reads the fixture in dir.
 func Load(dir string) (Case, error) {
 	c := Case{Dir: dir}
 	var err error
-	if c.Request, err = os.ReadFile(filepath.Join(dir, RequestFile)); err != nil {
+	if c.Request, err = readFile(filepath.Join(dir, RequestFile)); err != nil {
 		return Case{}, fmt.Errorf("fixture %s: %w", dir, err)
 	}
 	if err := readJSON(filepath.Join(dir, StateFile), &c.State); err != nil {
@@ -178,8 +184,41 @@ func WriteGolden(dir string, r Result) error {
 	return writeJSON(filepath.Join(dir, CallsFile), calls)
 }
 
+// ErrNotFixtureFile is wrapped when a fixture file is not a regular file or is too large.
+var ErrNotFixtureFile = errors.New("not a fixture file")
+
+// readFile reads a fixture file: a regular file (after symlinks) of at most MaxFileSize
+// bytes. It opens without blocking, so a FIFO is refused rather than waited on, and checks
+// the opened file, so nothing can be swapped in between the check and the read.
+func readFile(path string) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	name := filepath.Base(path)
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file (%s): %w", name, fi.Mode().Type(), ErrNotFixtureFile)
+	}
+	if fi.Size() > MaxFileSize {
+		return nil, fmt.Errorf("%s: larger than %d bytes: %w", name, MaxFileSize, ErrNotFixtureFile)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if len(b) > MaxFileSize {
+		return nil, fmt.Errorf("%s: larger than %d bytes: %w", name, MaxFileSize, ErrNotFixtureFile)
+	}
+	return b, nil
+}
+
 func readJSON(path string, v any) error {
-	b, err := os.ReadFile(path)
+	b, err := readFile(path)
 	if err != nil {
 		return err
 	}

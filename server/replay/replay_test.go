@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -219,4 +220,50 @@ type srcLoad struct{ st replay.State }
 
 func (l srcLoad) PoolLoad(_ context.Context, q lease.PoolQuery) (lease.PoolView, error) {
 	return lease.PoolView{Active: l.st.Leases, Cooling: l.st.Cooling, Denied: l.st.Denied[q.Pool]}, nil
+}
+
+// TestLoadRefusesNonRegularAndHugeFiles: a fixture file is read only when it is a regular file
+// of at most replay.MaxFileSize bytes; a FIFO (which would block) or a device such as /dev/zero
+// (which never ends) is refused by name.
+func TestLoadRefusesNonRegularAndHugeFiles(t *testing.T) {
+	state := `{"now":"2026-11-30T12:00:00Z"}`
+	cases := []struct {
+		name, file string
+		make       func(t *testing.T, path string)
+		want       string
+	}{
+		{"fifo request", "request.json", func(t *testing.T, p string) {
+			if err := syscall.Mkfifo(p, 0o600); err != nil {
+				t.Skipf("mkfifo: %v", err)
+			}
+		}, "request.json: not a regular file"},
+		{"dev zero state", "state.json", func(t *testing.T, p string) {
+			if err := os.Symlink("/dev/zero", p); err != nil {
+				t.Fatal(err)
+			}
+		}, "state.json: not a regular file"},
+		{"huge request", "request.json", func(t *testing.T, p string) {
+			f, err := os.Create(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if err := f.Truncate(replay.MaxFileSize + 1); err != nil {
+				t.Fatal(err)
+			}
+		}, "request.json: larger than"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "sync", "case")
+			files := map[string]string{"request.json": `{}`, "state.json": state}
+			delete(files, tc.file)
+			writeCase(t, dir, files)
+			tc.make(t, filepath.Join(dir, tc.file))
+			_, err := replay.Load(dir)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v, want it to contain %q", err, tc.want)
+			}
+		})
+	}
 }
