@@ -7,8 +7,13 @@ CONTROLLER_GEN = $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.21
 BIN           ?= bin/proxy-operator
 IMG           ?= proxy-operator:dev
 PYTHON        ?= /usr/bin/python3
-# -discovery-insecure: the quickstart serves discovery on 127.0.0.1 only; a shared address needs a token.
-RUN_ARGS      ?= -hook-addr 127.0.0.1:8080 -discovery-addr 127.0.0.1:8090 -discovery-insecure -log-format text -fleet-warmup 5s -gc-min-age 1m
+# -discovery-insecure: make run serves discovery on 127.0.0.1 only; a shared address needs a token.
+# -demo-proxies 3: a fleet of mock proxies the process defines and syncs itself, no cluster
+# needed; -fleet-warmup 0s: without a cluster there is no fleet to wait for after a restart.
+RUN_ARGS      ?= -hook-addr 127.0.0.1:8080 -discovery-addr 127.0.0.1:8090 -discovery-insecure -log-format text -fleet-warmup 0s -gc-min-age 1m -demo-proxies 3
+# GO_BUILD is the one way the binary is built: make build, make run and make demo
+# (scripts/quickstart.sh spells the same flags out), so none rebuilds what another built.
+GO_BUILD      = CGO_ENABLED=0 $(GO) build -trimpath
 
 .PHONY: help build run demo test test-go test-python generate verify vet fmt bench bench-probes bench-discovery bench-gateway bench-crawl bench-crawl-score docker-build fuzz load scale attack
 
@@ -19,18 +24,18 @@ help:
 
 ## build: bin/proxy-operator, static
 build:
-	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN) .
+	$(GO_BUILD) -o $(BIN) .
 
-## run: build, then exec the binary with RUN_ARGS (mock provider; hooks on 127.0.0.1:8080, discovery on :8090); Ctrl-C or kill stops it and its mock proxies
+## run: build, then exec the binary with RUN_ARGS (a demo fleet of 3 mock proxies; hooks on 127.0.0.1:8080, discovery on :8090); Ctrl-C or kill stops it and its mock proxies
 # run is the no-cluster quickstart: KUBECONFIG is cleared, since its Proxies exist in no cluster
 # and, with a client, GC would take their mock instances for orphans. exec (through env): the
 # binary replaces the recipe's shell, so make's SIGTERM and the terminal's Ctrl-C reach it.
 run: build
 	exec env KUBECONFIG= $(BIN) $(RUN_ARGS)
 
-## demo: the README quickstart (scripts/quickstart.sh): build, start, sync a mock proxy to Ready, lease it, stop
+## demo: the README quickstart (scripts/quickstart.sh): build, start with a demo fleet, lease a proxy, fetch through it, stop
 demo:
-	bash scripts/quickstart.sh
+	BIN=$(BIN) bash scripts/quickstart.sh
 
 ## test: every test: the Go tests with -race (test-go), then the Python client's (test-python); what CI runs after make verify
 test: test-go test-python

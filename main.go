@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/proxy-operator/proxy-operator/server"
 	"github.com/proxy-operator/proxy-operator/server/replay"
@@ -62,11 +63,19 @@ func usage(w io.Writer, fs *flag.FlagSet) {
 // for, help is the answer and goes to stdout; otherwise usage goes with the error to stderr.
 func parse(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
-	if slices.ContainsFunc(args, isHelp) {
+	help := slices.ContainsFunc(args, isHelp)
+	if help {
 		fs.SetOutput(stdout)
+	} else {
+		// A mistake gets one line saying what is wrong (explainFlagError, printed by main),
+		// not the flag package's own line and every flag's help.
+		fs.SetOutput(io.Discard)
 	}
 	if err := fs.Parse(args); err != nil {
-		return err
+		if help {
+			return err
+		}
+		return explainFlagError(fs, err)
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q after the flags: a subcommand comes first; run 'proxy-operator -h' for help", fs.Args())
@@ -105,6 +114,31 @@ func runDiscovery(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	c.Discovery.Token, c.Log = os.Getenv("DISCOVERY_TOKEN"), logc.Logger(stderr)
 	return server.RunDiscovery(ctx, c)
+}
+
+// explainFlagError turns the flag package's terse errors into ones that say what was meant:
+// the nearest flag for an unknown one, what a duration looks like for a bad one.
+func explainFlagError(fs *flag.FlagSet, err error) error {
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
+		var names []string
+		fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+		hint := strings.Replace(server.DidYouMean(strings.TrimPrefix(name, "-"), names), `"`, "-", 1)
+		hint = strings.Replace(hint, `"?`, "?", 1)
+		return fmt.Errorf("unknown flag -%s%s (run '%s -h' for every flag)", name, hint, fs.Name())
+	}
+	var value, name string
+	if _, scanErr := fmt.Sscanf(msg, "invalid value %q for flag -%s", &value, &name); scanErr == nil {
+		name = strings.TrimSuffix(name, ":")
+		if f := fs.Lookup(name); f != nil {
+			if g, ok := f.Value.(flag.Getter); ok {
+				if _, isDuration := g.Get().(time.Duration); isDuration {
+					return fmt.Errorf("-%s %q: not a duration: want a number with a unit, such as 300ms, 5s, 2m or 1h30m (0 needs none)", name, value)
+				}
+			}
+		}
+	}
+	return fmt.Errorf("%w (run '%s -h' for every flag)", err, fs.Name())
 }
 
 // runGateway is the gateway subcommand: the proxy gateway alone, leasing from Redis.

@@ -19,7 +19,7 @@ func TestDiscoverySubcommandFlags(t *testing.T) {
 		{"not a redis URL", []string{"discovery", "-lease-store", "http://:hunter2@example.com", "-discovery-addr", "127.0.0.1:0", "-discovery-insecure"}, "want redis://"},
 		{"bad cooldowns", []string{"discovery", "-lease-store", "redis://127.0.0.1:1", "-lease-max-cooldown", "1m"}, "-lease-max-cooldown"},
 		{"stray argument", []string{"discovery", "-lease-store", "redis://127.0.0.1:1", "extra"}, "unexpected arguments"},
-		{"operator flag", []string{"discovery", "-lease-store", "redis://127.0.0.1:1", "-hook-addr", ":1"}, "flag provided but not defined"},
+		{"operator flag", []string{"discovery", "-lease-store", "redis://127.0.0.1:1", "-hook-addr", ":1"}, "unknown flag -hook-addr"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -178,3 +178,27 @@ func TestHelpAndMistypes(t *testing.T) {
 		t.Errorf("unrelated word: %v, want the list without a guess", err)
 	}
 }
+
+// TestFlagMistakes: a mistyped flag names the nearest one, a bad duration says what a
+// duration looks like, in one line each (not the whole help), for the operator and the
+// discovery subcommand alike.
+func TestFlagMistakes(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-hok-addr", "x"}, "unknown flag -hok-addr; did you mean -hook-addr? (run 'proxy-operator -h' for every flag)"},
+		{[]string{"-fleet-warmup", "5"}, `-fleet-warmup "5": not a duration: want a number with a unit, such as 300ms, 5s, 2m or 1h30m`},
+		{[]string{"discovery", "-lease-stor", "redis://x"}, "unknown flag -lease-stor; did you mean -lease-store? (run 'proxy-operator discovery -h' for every flag)"},
+		{[]string{"discovery", "-lease-cooldown", "15"}, `-lease-cooldown "15": not a duration`},
+	} {
+		var out, errOut bytes.Buffer
+		err := dispatch(context.Background(), tc.args, &out, &errOut)
+		if code := exitCode(err, &errOut); code != 1 || !strings.Contains(errOut.String(), tc.want) {
+			t.Errorf("%v: exit %d, %q; want %q", tc.args, code, errOut.String(), tc.want)
+		}
+		if n := strings.Count(errOut.String(), "\n"); n != 1 {
+			t.Errorf("%v: %d lines on stderr, want one:\n%s", tc.args, n, errOut.String())
+		}
+	}
+}

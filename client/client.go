@@ -24,7 +24,11 @@ const (
 	DefaultTimeout     = 30 * time.Second
 	DefaultMaxAttempts = 4
 	DefaultMaxWait     = 30 * time.Second
-	initialBackoff     = 100 * time.Millisecond
+	// DefaultLeaseWait is how long Lease keeps asking while the answer is 409 (nothing free).
+	DefaultLeaseWait = 60 * time.Second
+	// noMatchFallbackWait is the wait after a 409 without Retry-After (an older server).
+	noMatchFallbackWait = 5 * time.Second
+	initialBackoff      = 100 * time.Millisecond
 	// Bounds on what is read from the server: a list of 10,000 proxies is about 2.5 MB.
 	maxListBytes  = 32 << 20
 	maxOtherBytes = 1 << 20
@@ -87,6 +91,10 @@ type NoMatchError struct {
 	CoolingForTarget int
 	LeasedForTarget  int
 	Target           string
+	// AvailableAt is the earliest time a matching proxy frees up by itself (a cooldown ends,
+	// a lease expires); zero when the server knows none. RetryAfter (in APIError) is when to
+	// ask again.
+	AvailableAt time.Time
 }
 
 func (e *NoMatchError) Unwrap() error { return &e.APIError }
@@ -101,6 +109,10 @@ type ErrorBody struct {
 	CoolingForTarget int    `json:"coolingForTarget"`
 	LeasedForTarget  int    `json:"leasedForTarget"`
 	Target           string `json:"target,omitempty"`
+	// AvailableAt is when a matching proxy frees up by itself (absent when unknown);
+	// RetryAfterSeconds repeats the 409's Retry-After header.
+	AvailableAt       *time.Time `json:"availableAt,omitempty"`
+	RetryAfterSeconds int64      `json:"retryAfterSeconds,omitempty"`
 }
 
 // Client talks to one discovery API. It is safe for concurrent use.
@@ -110,6 +122,8 @@ type Client struct {
 	hc          *http.Client
 	maxAttempts int
 	maxWait     time.Duration
+	leaseWait   time.Duration
+	now         func() time.Time
 	sleep       func(ctx context.Context, d time.Duration) error
 }
 
@@ -122,12 +136,20 @@ func WithToken(token string) Option { return func(c *Client) { c.token = token }
 // WithHTTPClient replaces the HTTP client (default: a client with a 30 s timeout).
 func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc } }
 
-// WithRetry sets how often a call is tried in all when the server answers 409 (lease only),
-// 429 or 503, or the request fails to reach it, and the longest single wait. A Retry-After
-// longer than maxWait is not waited for: the error is returned with it. attempts 1 disables
-// retries.
+// WithRetry sets how often a call is tried in all when the server answers 429 or 503, or the
+// request fails to reach it, and the longest single wait. A Retry-After longer than maxWait
+// is not waited for: the error is returned with it. attempts 1 disables retries. A lease's
+// 409 is retried by WithLeaseWait's rule instead.
 func WithRetry(attempts int, maxWait time.Duration) Option {
 	return func(c *Client) { c.maxAttempts, c.maxWait = attempts, maxWait }
+}
+
+// WithLeaseWait sets how long Lease keeps asking while nothing can be leased (409; default
+// DefaultLeaseWait): it waits each answer's Retry-After and asks again, as long as the next
+// ask falls within d of the call's start (and before ctx's deadline). An answer whose
+// Retry-After reaches past that is returned at once. 0 never waits.
+func WithLeaseWait(d time.Duration) Option {
+	return func(c *Client) { c.leaseWait = max(d, 0) }
 }
 
 // New returns a client of the API at baseURL (for example http://127.0.0.1:8090).
@@ -140,7 +162,8 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 		return nil, fmt.Errorf("client: base URL %q: want http(s)://host[:port]", baseURL)
 	}
 	u.Path = strings.TrimSuffix(u.Path, "/")
-	c := &Client{base: u, hc: &http.Client{Timeout: DefaultTimeout}, maxAttempts: DefaultMaxAttempts, maxWait: DefaultMaxWait, sleep: sleepCtx}
+	c := &Client{base: u, hc: &http.Client{Timeout: DefaultTimeout}, maxAttempts: DefaultMaxAttempts, maxWait: DefaultMaxWait,
+		leaseWait: DefaultLeaseWait, now: time.Now, sleep: sleepCtx}
 	for _, o := range opts {
 		o(c)
 	}
@@ -274,15 +297,34 @@ type leaseBody struct {
 	SessionKey string            `json:"sessionKey,omitempty"`
 }
 
-// Lease leases one proxy. When nothing fits, the error is a *NoMatchError (errors.Is
-// ErrNoMatch), after the retries WithRetry allows.
+// Lease leases one proxy. While nothing fits (409) it waits and asks again as WithLeaseWait
+// says (by default for up to a minute); then the error is a *NoMatchError (errors.Is
+// ErrNoMatch) saying why and when a proxy frees up.
 func (c *Client) Lease(ctx context.Context, r LeaseRequest) (*Lease, error) {
 	body := leaseBody{Selector: r.Selector, Target: r.Target, SessionKey: r.SessionKey, TTLSeconds: ttlSeconds(r.TTL)}
-	var out Lease
-	if err := c.do(ctx, http.MethodPost, "/v1/leases", nil, body, &out, maxOtherBytes, retryConflict); err != nil {
-		return nil, err
+	deadline := c.now().Add(c.leaseWait)
+	for {
+		var out Lease
+		err := c.do(ctx, http.MethodPost, "/v1/leases", nil, body, &out, maxOtherBytes, 0)
+		var nm *NoMatchError
+		if err == nil || !errors.As(err, &nm) {
+			if err != nil {
+				return nil, err
+			}
+			return &out, nil
+		}
+		wait := nm.RetryAfter
+		if wait <= 0 {
+			wait = noMatchFallbackWait
+		}
+		next := c.now().Add(wait)
+		if dl, ok := ctx.Deadline(); next.After(deadline) || ok && next.After(dl) {
+			return nil, err
+		}
+		if serr := c.sleep(ctx, wait); serr != nil {
+			return nil, err
+		}
 	}
-	return &out, nil
 }
 
 // Renew extends a live lease to now + ttl (0: the lease's own TTL). A lease that is gone
@@ -374,12 +416,10 @@ type retryPolicy int
 
 const (
 	// idempotent calls (list, renew, release) also retry transport errors: repeating one that
-	// did arrive changes nothing.
+	// did arrive changes nothing. A lease that failed in transit is not retried: it may have
+	// been granted, and a retry could hold two (the orphan expires with its TTL). Nor is a
+	// report: it would count a strike twice.
 	idempotent retryPolicy = 1 << iota
-	// retryConflict (lease) also retries 409: cooldowns end and leases are released. A lease
-	// that failed in transit is not retried: it may have been granted, and a retry could hold
-	// two (the orphan expires with its TTL). Nor is a report: it would count a strike twice.
-	retryConflict
 )
 
 // do sends one call, retrying as policy allows with bounded backoff, honouring Retry-After.
@@ -405,8 +445,7 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 		wait := backoff/2 + rand.N(backoff/2+1)
 		switch {
 		case errors.As(err, &api):
-			retryable := api.StatusCode == http.StatusTooManyRequests || api.StatusCode == http.StatusServiceUnavailable ||
-				(policy&retryConflict != 0 && api.StatusCode == http.StatusConflict)
+			retryable := api.StatusCode == http.StatusTooManyRequests || api.StatusCode == http.StatusServiceUnavailable
 			if !retryable {
 				return err
 			}
@@ -475,8 +514,12 @@ func (c *Client) once(ctx context.Context, method, rawURL, path string, payload 
 		}
 	}
 	if res.StatusCode == http.StatusConflict {
-		return &NoMatchError{APIError: api, Matching: eb.Matching, Unhealthy: eb.Unhealthy,
+		nm := &NoMatchError{APIError: api, Matching: eb.Matching, Unhealthy: eb.Unhealthy,
 			AtCapacity: eb.AtCapacity, CoolingForTarget: eb.CoolingForTarget, LeasedForTarget: eb.LeasedForTarget, Target: eb.Target}
+		if eb.AvailableAt != nil {
+			nm.AvailableAt = *eb.AvailableAt
+		}
+		return nm
 	}
 	return &api
 }

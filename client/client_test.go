@@ -61,6 +61,7 @@ func newClient(t *testing.T, a *api, opts ...client.Option) (*client.Client, *[]
 		t.Fatal(err)
 	}
 	var waits []time.Duration
+	client.SetNow(c, a.clock.Now)
 	client.SetSleep(c, func(ctx context.Context, d time.Duration) error {
 		waits = append(waits, d)
 		a.clock.Advance(d)
@@ -175,30 +176,75 @@ func TestNoMatchCountsAfterRetries(t *testing.T) {
 		t.Fatalf("lease for shop.example: %+v, %v; want crawl/eu-4", l, err)
 	}
 
-	retrying, rwaits := newClient(t, a, client.WithRetry(3, time.Second))
+	// eu-1 is full, so a release could free it any moment: the server says 2 s. Within 5 s
+	// the client asks three times (0, 2, 4 s) and gives up rather than ask past its wait.
+	retrying, rwaits := newClient(t, a, client.WithLeaseWait(5*time.Second))
 	_, err := retrying.Lease(ctx, client.LeaseRequest{Selector: sel, Target: "shop.example"})
 	var nm *client.NoMatchError
 	if !errors.As(err, &nm) || !errors.Is(err, client.ErrNoMatch) {
 		t.Fatalf("lease: %v, want *NoMatchError", err)
 	}
-	want := client.NoMatchError{Matching: 4, Unhealthy: 1, AtCapacity: 1, CoolingForTarget: 1, LeasedForTarget: 1, Target: "shop.example"}
+	// eu-3's ban cooldown (an hour) and the leases (300 s) are later than the first lease's
+	// expiry, which was granted 4 s before the first 409.
+	want := client.NoMatchError{Matching: 4, Unhealthy: 1, AtCapacity: 1, CoolingForTarget: 1, LeasedForTarget: 1, Target: "shop.example",
+		AvailableAt: a.clock.Now().Add(-4*time.Second + 300*time.Second)}
 	if diff := cmp.Diff(want, *nm, cmp.FilterPath(func(p cmp.Path) bool { return p.String() == "APIError" }, cmp.Ignore())); diff != "" {
 		t.Fatalf("no-match counts (-want +got):\n%s", diff)
 	}
 	if nm.StatusCode != http.StatusConflict || nm.Message == "" {
 		t.Fatalf("no-match error %+v", nm.APIError)
 	}
-	if len(*rwaits) != 2 || len(*waits) != 0 {
-		t.Fatalf("waits: retrying client %v (want 2), one-attempt client %v (want none)", *rwaits, *waits)
+	if diff := cmp.Diff([]time.Duration{2 * time.Second, 2 * time.Second}, *rwaits); diff != "" || len(*waits) != 0 {
+		t.Fatalf("waits of the retrying client (-want +got):\n%s\none-attempt client %v (want none)", diff, *waits)
 	}
-	for i, w := range *rwaits {
-		if w <= 0 || w > time.Second {
-			t.Fatalf("wait %d = %v, want in (0, 1s]", i, w)
-		}
+	if nm.RetryAfter != 2*time.Second {
+		t.Fatalf("no-match Retry-After %v, want 2s", nm.RetryAfter)
 	}
 	// A different target is not cooling: eu-3 is leased.
 	if l, err := retrying.Lease(ctx, client.LeaseRequest{Selector: sel, Target: "else.example"}); err != nil || l.Proxy.ID != "crawl/eu-3" {
 		t.Fatalf("lease for another target: %+v, %v", l, err)
+	}
+}
+
+// TestLeaseWaitsForTheCooldown: the only proxy cools down for the target for a minute; a
+// lease within the default wait (a minute) sleeps exactly until the cooldown ends and gets
+// it; one with a shorter wait gets the 409 at once, saying when the proxy frees up.
+func TestLeaseWaitsForTheCooldown(t *testing.T) {
+	a := startAPI(t, "", 0)
+	a.addProxy("eu-1", "127.0.0.11", "eu", lifecycle.HealthHealthy, 5)
+	ctx := context.Background()
+	setup, _ := newClient(t, a)
+	l, err := setup.Lease(ctx, client.LeaseRequest{Target: "shop.example"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := setup.Report(ctx, l.ID, client.Report{Result: client.ResultRateLimited, Target: "shop.example"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := setup.Release(ctx, l.ID); err != nil {
+		t.Fatal(err)
+	}
+	free := a.clock.Now().Add(time.Minute)
+
+	impatient, iwaits := newClient(t, a, client.WithLeaseWait(30*time.Second))
+	_, err = impatient.Lease(ctx, client.LeaseRequest{Target: "shop.example"})
+	var nm *client.NoMatchError
+	if !errors.As(err, &nm) || !nm.AvailableAt.Equal(free) || nm.RetryAfter != time.Minute || len(*iwaits) != 0 {
+		t.Fatalf("lease with a 30 s wait: %v (available %v, Retry-After %v), waits %v; want the 409 at once, free at %v", err, nm.AvailableAt, nm.RetryAfter, *iwaits, free)
+	}
+
+	patient, waits := newClient(t, a)
+	got, err := patient.Lease(ctx, client.LeaseRequest{Target: "shop.example"})
+	if err != nil {
+		t.Fatalf("lease with the default wait: %v", err)
+	}
+	if diff := cmp.Diff([]time.Duration{time.Minute}, *waits); diff != "" || got.Proxy.ID != "crawl/eu-1" {
+		t.Fatalf("waits (-want +got):\n%s lease %+v", diff, got)
+	}
+
+	never, nwaits := newClient(t, a, client.WithLeaseWait(0))
+	if _, err := never.Lease(ctx, client.LeaseRequest{Target: "shop.example"}); !errors.Is(err, client.ErrNoMatch) || len(*nwaits) != 0 {
+		t.Fatalf("lease without waiting: %v, waits %v; want client.ErrNoMatch at once", err, *nwaits)
 	}
 }
 

@@ -70,17 +70,22 @@ func Example() {
 			fmt.Printf("reported %s: strike %d\n", cd.Result, cd.Strikes)
 		}
 	}
-	// The only proxy now cools for this site: the next lease says why nothing fits.
-	_, err = c.Lease(ctx, client.LeaseRequest{Selector: map[string]string{"geo": "eu"}, Target: site.Host})
+	k.Release(ctx)
+	// The only proxy now cools for this site for the 30 s the site asked. A lease waits for a
+	// free proxy up to WithLeaseWait (default a minute); with 10 s, the 409 comes back at
+	// once, saying why nothing fits and when the proxy frees up.
+	impatient, _ := client.New(apiURL, client.WithToken("crawler-token"), client.WithLeaseWait(10*time.Second))
+	_, err = impatient.Lease(ctx, client.LeaseRequest{Selector: map[string]string{"geo": "eu"}, Target: site.Host})
 	var nm *client.NoMatchError
 	if errors.As(err, &nm) {
-		fmt.Printf("no match: %d matching, %d cooling for the site\n", nm.Matching, nm.CoolingForTarget)
+		fmt.Printf("no match: %d matching, %d cooling for the site, free in about %s\n", nm.Matching, nm.CoolingForTarget,
+			time.Until(nm.AvailableAt).Round(10*time.Second))
 	}
 	// Output:
 	// /a via crawl/eu-1: 200 page /a
 	// /b via crawl/eu-1: 429 slow down
 	// reported rate_limited: strike 1
-	// no match: 1 matching, 1 cooling for the site
+	// no match: 1 matching, 1 cooling for the site, free in about 30s
 }
 
 // exampleWorld starts the discovery API (the real server.Discovery handler over the lease

@@ -173,6 +173,18 @@ type NoMatchError struct {
 	// LeasedForTarget are proxies another live lease holds for the same target.
 	LeasedForTarget int
 	Target          string
+	// FreeAt is the earliest time one of the matching proxies frees up without anyone acting:
+	// a cooldown for the target ends, a lease held for the target expires, or (for proxies at
+	// capacity) the store's first lease expires, a lower bound. A release can free one sooner.
+	// Zero when no such time is known: none matches, or those that do are unhealthy.
+	FreeAt time.Time
+}
+
+// noteFree keeps the earliest of the times a proxy frees up.
+func (e *NoMatchError) noteFree(t time.Time) {
+	if !t.IsZero() && (e.FreeAt.IsZero() || t.Before(e.FreeAt)) {
+		e.FreeAt = t
+	}
 }
 
 func (e *NoMatchError) Error() string { return e.Reason() }

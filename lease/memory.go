@@ -124,8 +124,9 @@ type Memory struct {
 	sessions map[string]*session
 	denied   map[string]int64 // no-capacity answers per pool attribute value
 	idle     idleHeap         // sessions without live leases, by until
-	// byTarget counts live leases per (target, proxy): at most one, see check.
-	byTarget map[coolKey]int
+	// byTarget is the live lease per (target, proxy): at most one, see check. Its expiry is
+	// when a 409 for that target says the proxy frees up.
+	byTarget map[coolKey]*held
 }
 
 var _ Store = (*Memory)(nil)
@@ -200,7 +201,7 @@ func NewMemory(cfg Config) *Memory {
 		coolNS:   map[string]*list.List{},
 		sessNS:   map[string]int{},
 		sessions: map[string]*session{},
-		byTarget: map[coolKey]int{},
+		byTarget: map[coolKey]*held{},
 	}
 }
 
@@ -274,8 +275,10 @@ func (m *Memory) Acquire(_ context.Context, r Request) (Lease, error) {
 				nm.AtCapacity++
 			case cooling:
 				nm.Cooling++
+				nm.noteFree(m.cool[coolKey{r.Target, e.p.Key}].until)
 			case taken:
 				nm.LeasedForTarget++
+				nm.noteFree(m.byTarget[coolKey{r.Target, e.p.Key}].expires)
 			}
 			return true
 		})
@@ -293,6 +296,10 @@ func (m *Memory) Acquire(_ context.Context, r Request) (Lease, error) {
 	}
 	if best == nil {
 		m.noteDenied(fullPools)
+		if nm.AtCapacity > 0 && len(m.expiry) > 0 {
+			// No lease on a full proxy ends before the first lease of the store does.
+			nm.noteFree(m.expiry[0].expires)
+		}
 		return Lease{}, &nm
 	}
 	return m.grant(best, bestH, r, now), nil
@@ -333,7 +340,7 @@ func (m *Memory) check(e *entry, target string, now time.Time) (lifecycle.Health
 		}
 		// One holder per (proxy, target): two crawlers on one site through one address
 		// double that address's rate there, which is what rate limits and bans punish.
-		if m.byTarget[k] > 0 {
+		if m.byTarget[k] != nil {
 			return h, taken
 		}
 	}
@@ -346,7 +353,7 @@ func (m *Memory) grant(e *entry, h lifecycle.Health, r Request, now time.Time) L
 	m.leases[l.id] = l
 	heap.Push(&m.expiry, l)
 	if r.Target != "" {
-		m.byTarget[coolKey{r.Target, e.p.Key}]++
+		m.byTarget[coolKey{r.Target, e.p.Key}] = l
 	}
 	if r.SessionKey != "" && m.canBind(r.SessionKey, e.p.Key) {
 		s := m.sessions[r.SessionKey]
@@ -383,11 +390,8 @@ func (m *Memory) end(l *held, kind EventKind, now time.Time) {
 		m.move(e, func() { e.load-- })
 	}
 	if l.target != "" {
-		k := coolKey{l.target, l.proxy}
-		if m.byTarget[k] <= 1 {
+		if k := (coolKey{l.target, l.proxy}); m.byTarget[k] == l {
 			delete(m.byTarget, k)
-		} else {
-			m.byTarget[k]--
 		}
 	}
 	if l.session != "" {

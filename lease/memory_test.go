@@ -147,7 +147,7 @@ func TestAcquirePicks(t *testing.T) {
 			specs:   []spec{{name: "a", attrs: eu, max: 1}, {name: "b", attrs: eu, max: 0}, {name: "c", attrs: eu, max: 3, unhealthy: true}, {name: "d", attrs: us, max: 3}},
 			held:    []string{"ns/a"},
 			req:     Request{Selector: eu},
-			wantErr: &NoMatchError{Matching: 3, Unhealthy: 1, AtCapacity: 2},
+			wantErr: &NoMatchError{Matching: 3, Unhealthy: 1, AtCapacity: 2, FreeAt: time.Date(2026, 1, 1, 0, 1, 0, 0, time.UTC)}, // a's lease, a minute from the start, ends first
 		},
 	}
 	for _, tc := range tests {
@@ -597,7 +597,7 @@ func TestOneHolderPerProxyAndTarget(t *testing.T) {
 	if !errors.As(err, &nm) {
 		t.Fatalf("third lease for t.example: %v, want a NoMatchError", err)
 	}
-	want := NoMatchError{Matching: 3, Unhealthy: 1, LeasedForTarget: 2, Target: "t.example"}
+	want := NoMatchError{Matching: 3, Unhealthy: 1, LeasedForTarget: 2, Target: "t.example", FreeAt: f.clock.Now().Add(time.Minute)}
 	if diff := cmp.Diff(want, *nm); diff != "" {
 		t.Fatalf("no match (-want +got):\n%s", diff)
 	}

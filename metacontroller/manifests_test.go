@@ -531,6 +531,9 @@ func TestWiringAgrees(t *testing.T) {
 			Providers []struct {
 				Name string `json:"name"`
 				Type string `json:"type"`
+				Mock struct {
+					RelayAnywhere bool `json:"relayAnywhere"`
+				} `json:"mock"`
 			} `json:"providers"`
 		}
 		if err := yaml.Unmarshal([]byte(body), &cfg); err != nil {
@@ -539,6 +542,11 @@ func TestWiringAgrees(t *testing.T) {
 		var got []string
 		for _, p := range cfg.Providers {
 			got = append(got, p.Name+":"+p.Type)
+			// Issue 21: a leased mock proxy that relays anywhere reaches the operator's
+			// own ports and the cluster from inside the operator's Pod.
+			if p.Mock.RelayAnywhere {
+				t.Errorf("provider %s sets relayAnywhere: the shipped install must not relay beyond loopback", p.Name)
+			}
 		}
 		if diff := cmp.Diff([]string{"kubernetes:kubernetes", "mock:mock"}, got); diff != "" {
 			t.Errorf("providers (-want +got):\n%s", diff)

@@ -33,6 +33,7 @@ type Config struct {
 	Health    HealthConfig
 	GC        GCConfig
 	Kube      KubeConfig
+	Demo      DemoConfig
 	Quality   QualityConfig
 	// Gateway is the crawlers' proxy gateway (server/gateway), served on Gateway.Addr beside
 	// the discovery API over the same lease store and tokens; an empty Addr: none.
@@ -126,6 +127,9 @@ type LeaseConfig struct {
 	// in-memory store. PasswordFile holds its password.
 	Store        string
 	PasswordFile string
+	// StorePrefix starts every key of the Redis store (empty: redisstore.DefaultPrefix); two
+	// operators sharing one Redis database need different prefixes.
+	StorePrefix string
 	// CAFile verifies a rediss store's servers; CertFile and KeyFile are the client
 	// certificate. WaitReplicas, above 0, makes every change wait for that many replicas
 	// (redisstore.Config.WaitReplicas).
@@ -302,4 +306,11 @@ func (l LeaseConfig) Validate() error {
 		return fmt.Errorf("-lease-max-ttl and the cooldowns must be positive, -lease-max-cooldown at least each cooldown")
 	}
 	return nil
+}
+
+// DemoConfig is the demo fleet (demo.go): mock Proxies the process defines itself and syncs
+// through its own hooks, playing Metacontroller's loop, for a first run without a cluster.
+type DemoConfig struct {
+	// Proxies is the fleet's size (0: no demo fleet). Only without a Kubernetes client.
+	Proxies int
 }

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/proxy-operator/proxy-operator/server/discovery"
 )
@@ -90,14 +92,23 @@ func NewDiscovery(cfg DiscoveryConfig) (*Discovery, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The replica's own metrics (its requests, latencies, refusals), served beside the API on
+	// its listener at /metrics, outside /v1 and its token, as the operator's hook listener does.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	disc := &discovery.Discovery{Fleet: b.reader, Health: b.reader, Leases: b.store, Tokens: tokens, Insecure: cfg.Discovery.Insecure,
-		Log: log.With("component", "discovery"), Registerer: prometheus.NewRegistry(), MaxTTL: cfg.Lease.MaxTTL}
+		Log: log.With("component", "discovery"), Registerer: reg, MaxTTL: cfg.Lease.MaxTTL}
 	ln, err := net.Listen("tcp", cfg.Discovery.Addr)
 	if err != nil {
 		b.close()
 		return nil, fmt.Errorf("discovery listener: %w", err)
 	}
-	return &Discovery{cfg: cfg, log: log, backend: b, srv: disc.Server(""), ln: ln}, nil
+	srv := disc.Server("")
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("/", srv.Handler)
+	srv.Handler = mux
+	return &Discovery{cfg: cfg, log: log, backend: b, srv: srv, ln: ln}, nil
 }
 
 // Addr is the bound address of the discovery listener.

@@ -32,6 +32,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	c.Health.bindFlags(fs)
 	c.GC.bindFlags(fs)
 	c.Kube.bindFlags(fs)
+	c.Demo.bindFlags(fs)
 	c.Quality.bindFlags(fs)
 	c.Gateway.RegisterFlags(fs, "listen address of the crawlers' proxy gateway (HTTP forward proxy and CONNECT over the same leases and tokens); empty: no gateway")
 	fs.DurationVar(&c.FleetWarmup, "fleet-warmup", c.FleetWarmup, "time after start before the fleet view is trusted as complete (at least the CompositeController's resyncPeriodSeconds)")
@@ -92,11 +93,12 @@ func (l *LeaseConfig) bindFlags(fs *flag.FlagSet, storeNote string) {
 	fs.StringVar(&l.Store, "lease-store", l.Store, "Redis URL that keeps leases, cooldowns and sessions and receives the fleet for discovery replicas: "+
 		"redis://host:port[/db], redis+sentinel://host:port[,host:port]/MASTER[/db] (a Sentinel master set), "+
 		"redis+cluster://host:port[,host:port] (a Redis Cluster); rediss for TLS"+storeNote)
-	fs.StringVar(&l.PasswordFile, "lease-store-password-file", l.PasswordFile, "file holding the Redis password of the data nodes (a mounted Secret; wins over the URL's; a missing file means none)")
+	fs.StringVar(&l.PasswordFile, "lease-store-password-file", l.PasswordFile, "file holding the Redis password of the data nodes (a mounted Secret; wins over the URL's; a missing file is an error)")
 	fs.StringVar(&l.CAFile, "lease-store-ca-file", l.CAFile, "PEM certificates that verify a rediss lease store (default: the system's roots)")
 	fs.StringVar(&l.CertFile, "lease-store-cert-file", l.CertFile, "client certificate for a rediss lease store that asks for one (with -lease-store-key-file)")
 	fs.StringVar(&l.KeyFile, "lease-store-key-file", l.KeyFile, "private key of -lease-store-cert-file")
 	fs.IntVar(&l.WaitReplicas, "lease-store-wait-replicas", l.WaitReplicas, "replicas that must confirm every lease change (Redis WAIT) before it is answered, so a Sentinel failover loses no acknowledged grant; 0: do not wait")
+	fs.StringVar(&l.StorePrefix, "lease-store-prefix", l.StorePrefix, "prefix of every Redis key of the lease store (empty: \"{proxy-operator}:\"); give each operator sharing one Redis database its own, with its discovery replicas using the same; keep a {hash tag} for Redis Cluster")
 }
 
 func (h *HealthConfig) bindFlags(fs *flag.FlagSet) {
@@ -134,6 +136,10 @@ func (k *KubeConfig) bindFlags(fs *flag.FlagSet) {
 	}
 	fs.Float64Var(&k.QPS, "kube-api-qps", k.QPS, "requests per second the operator's Kubernetes client may make (GC lists, health annotations, events)")
 	fs.IntVar(&k.Burst, "kube-api-burst", k.Burst, "burst of the operator's Kubernetes client")
+}
+
+func (d *DemoConfig) bindFlags(fs *flag.FlagSet) {
+	fs.IntVar(&d.Proxies, "demo-proxies", d.Proxies, "define this many mock Proxies in process (namespace demo, attributes demo=true,geo=local) and sync them through the own hooks, playing Metacontroller, so the discovery API has leasable proxies without a cluster (make run: 3; needs no Kubernetes client)")
 }
 
 // LogConfig is how the process logs: -log-level and -log-format.

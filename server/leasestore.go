@@ -27,7 +27,7 @@ func newRedisBackend(s LeaseConfig, log *slog.Logger) (*redisBackend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("-lease-store: %w", err)
 	}
-	store, err := redisstore.New(redisstore.Config{Client: client, WaitReplicas: s.WaitReplicas,
+	store, err := redisstore.New(redisstore.Config{Client: client, WaitReplicas: s.WaitReplicas, Prefix: s.StorePrefix,
 		RateLimitedCooldown: s.Cooldown, BannedCooldown: s.BanCooldown, MaxCooldown: s.MaxCooldown,
 		Log: log.With("component", "lease-store")})
 	if err != nil {
@@ -36,7 +36,7 @@ func newRedisBackend(s LeaseConfig, log *slog.Logger) (*redisBackend, error) {
 	}
 	// The URL without its password: never log the password.
 	log.Info("lease store: redis", "url", redisstore.Redact(s.Store), "topology", string(redisstore.TopologyOf(s.Store)),
-		"passwordFile", s.PasswordFile, "waitReplicas", s.WaitReplicas)
+		"passwordFile", s.PasswordFile, "waitReplicas", s.WaitReplicas, "prefix", store.Prefix())
 	b := &redisBackend{client: client, store: store,
 		reader: redisstore.NewReader(redisstore.ReaderConfig{Store: store, Log: log.With("component", "lease-store")})}
 	// A first read before serving, so a restarted process answers from Redis at once. Redis
@@ -45,8 +45,29 @@ func newRedisBackend(s LeaseConfig, log *slog.Logger) (*redisBackend, error) {
 	defer cancel()
 	if err := b.reader.Refresh(ctx); err != nil {
 		log.Warn("lease store not reachable at start; discovery answers 503 until it is", "err", err)
+	} else {
+		checkDurability(ctx, client, log)
 	}
 	return b, nil
+}
+
+// checkDurability warns when the Redis server's appendfsync is not "always": a crash then
+// loses the last second of leases and cooldowns (README, "Redis"). A server that refuses
+// CONFIG GET (a managed Redis, an ACL) is only noted: the check is advice, not a gate.
+func checkDurability(ctx context.Context, client redis.UniversalClient, log *slog.Logger) {
+	v, err := client.ConfigGet(ctx, "appendfsync").Result()
+	switch {
+	case err != nil:
+		log.Info("lease store: cannot read the Redis appendfsync setting (CONFIG GET refused); make sure it is always", "err", err)
+	case v["appendfsync"] != "always" || appendOnly(ctx, client) != "yes":
+		log.Warn("lease store: Redis does not fsync every write (want appendonly yes, appendfsync always): a Redis crash loses recent leases and cooldowns",
+			"appendfsync", v["appendfsync"], "appendonly", appendOnly(ctx, client))
+	}
+}
+
+func appendOnly(ctx context.Context, client redis.UniversalClient) string {
+	v, _ := client.ConfigGet(ctx, "appendonly").Result()
+	return v["appendonly"]
 }
 
 // publisher makes the operator the one that publishes its fleet view and verdicts.

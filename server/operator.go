@@ -114,6 +114,9 @@ func New(cfg Config) (_ *Operator, err error) {
 	if err := o.connect(); err != nil {
 		return nil, err
 	}
+	if err := o.checkDemo(); err != nil {
+		return nil, err
+	}
 	if err := o.buildHealth(reg, egress); err != nil {
 		return nil, err
 	}
@@ -522,6 +525,9 @@ func (o *Operator) Run(ctx context.Context) error {
 	}
 	if o.marker != nil {
 		background = append(background, o.marker.Run)
+	}
+	if o.cfg.Demo.Proxies > 0 {
+		background = append(background, o.runDemo)
 	}
 	// Room for every server's and loop's error, so none blocks after the first is taken.
 	errc := make(chan error, 3+len(background))

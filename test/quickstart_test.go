@@ -51,8 +51,8 @@ func freeAddr(t *testing.T) string {
 }
 
 // TestQuickstartScript runs scripts/quickstart.sh as a user would (bash, curl, jq, the go
-// command): it builds the binary, starts it, syncs the demo proxy to Ready, and leases,
-// reports and releases it. Only the ports and the binary's path are moved out of the way.
+// command): it builds the binary, starts it with a demo fleet, waits for it to be healthy, and
+// leases a proxy, fetches through it, reports and releases it. Only the ports and the binary's path are moved out of the way.
 func TestQuickstartScript(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary; skipped with -short")
@@ -82,10 +82,26 @@ func TestQuickstartScript(t *testing.T) {
 		log, _ := os.ReadFile(filepath.Join(dir, "proxy-operator-quickstart.log"))
 		t.Fatalf("quickstart: %v\n%s\noperator log:\n%s", err, out.String(), log)
 	}
-	for _, want := range []string{`"phase":"Ready"`, `"healthy":true`, `"leaseID"`, `"result":"rate_limited"`, "release: HTTP 204", "quickstart done", "operator stopped"} {
+	for _, want := range []string{`"id":"demo/demo-1"`, `"healthy":true`, `"leaseID"`, "407 without its credential, 200 with the lease's proxyURL",
+		`"result":"rate_limited"`, "release: HTTP 204", "quickstart done", "operator stopped"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("quickstart output lacks %q:\n%s", want, out.String())
 		}
+	}
+	// No credential on disk: the only file the quickstart leaves beside the binary is its log,
+	// and the log holds no proxy password.
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if n := e.Name(); n != "proxy-operator" && n != "proxy-operator-quickstart.log" && !strings.HasPrefix(n, "go-build") {
+			t.Errorf("quickstart left %s in its TMPDIR", n)
+		}
+	}
+	log, _ := os.ReadFile(filepath.Join(dir, "proxy-operator-quickstart.log"))
+	if bytes.Contains(log, []byte(`"password"`)) || bytes.Contains(log, []byte("password=")) {
+		t.Errorf("the operator log holds a password")
 	}
 }
 
@@ -110,5 +126,38 @@ func TestMakeHelp(t *testing.T) {
 		if !found {
 			t.Errorf("make help lists no %q with a description:\n%s", target, out)
 		}
+	}
+}
+
+// TestOneSetOfBuildFlags: make build (so make run) and the quickstart (so make demo) build the
+// binary with the same flags, so neither throws away what the other built.
+func TestOneSetOfBuildFlags(t *testing.T) {
+	makefile, err := os.ReadFile(filepath.Join("..", "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	script, err := os.ReadFile(filepath.Join("..", "scripts", "quickstart.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const flags = "CGO_ENABLED=0 $(GO) build -trimpath"
+	if !strings.Contains(string(makefile), "GO_BUILD      = "+flags+"\n") {
+		t.Fatalf("Makefile has no GO_BUILD = %s", flags)
+	}
+	var builds []string
+	for _, line := range strings.Split(string(makefile), "\n") {
+		if strings.HasPrefix(line, "\t") && strings.Contains(line, "-o $(BIN)") {
+			builds = append(builds, strings.TrimSpace(line))
+		}
+	}
+	if len(builds) != 1 || builds[0] != "$(GO_BUILD) -o $(BIN) ." {
+		t.Errorf("Makefile recipes building $(BIN): %q, want only \"$(GO_BUILD) -o $(BIN) .\"", builds)
+	}
+	want := strings.ReplaceAll(flags, "$(GO)", "go") + ` -o "$BIN" .`
+	if !strings.Contains(string(script), want) {
+		t.Errorf("scripts/quickstart.sh does not build with %q", want)
+	}
+	if !strings.Contains(string(makefile), "demo:\n\tBIN=$(BIN) bash scripts/quickstart.sh") {
+		t.Errorf("make demo does not hand $(BIN) to the quickstart")
 	}
 }

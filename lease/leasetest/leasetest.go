@@ -66,6 +66,7 @@ func Run(t *testing.T, f Factory) {
 		{"ManyBuckets", testManyBuckets},
 		{"LeaseCarriesTheRecord", testLeaseRecord},
 		{"OneHolderPerProxyAndTarget", testOneHolder},
+		{"NoMatchSaysWhen", testNoMatchSaysWhen},
 		{"AvoidRotates", testAvoid},
 		{"NamespacesLimitTheLease", testNamespaces},
 		{"PoolLoad", testPoolLoad},
@@ -191,11 +192,12 @@ func testAcquirePicks(t *testing.T, f Factory) {
 			wantErr: &lease.NoMatchError{},
 		},
 		{
-			name:    "counts why",
-			specs:   []spec{{name: "a", attrs: eu, max: 1}, {name: "b", attrs: eu, max: 0}, {name: "c", attrs: eu, max: 3, unhealthy: true}, {name: "d", attrs: us, max: 3}},
-			held:    []string{"ns/a"},
-			req:     lease.Request{Selector: eu},
-			wantErr: &lease.NoMatchError{Matching: 3, Unhealthy: 1, AtCapacity: 2},
+			name:  "counts why",
+			specs: []spec{{name: "a", attrs: eu, max: 1}, {name: "b", attrs: eu, max: 0}, {name: "c", attrs: eu, max: 3, unhealthy: true}, {name: "d", attrs: us, max: 3}},
+			held:  []string{"ns/a"},
+			req:   lease.Request{Selector: eu},
+			// a's lease (a minute from the fixture's start) is the first to end.
+			wantErr: &lease.NoMatchError{Matching: 3, Unhealthy: 1, AtCapacity: 2, FreeAt: time.Date(2026, 1, 1, 0, 1, 0, 0, time.UTC)},
 		},
 	}
 	for _, tc := range tests {
@@ -370,8 +372,12 @@ func testCooldownPerTarget(t *testing.T, f Factory) {
 	}
 	_, err = fx2.acquire(t, lease.Request{Target: "x"})
 	var nm *lease.NoMatchError
-	if !errors.As(err, &nm) || *nm != (lease.NoMatchError{Matching: 1, Cooling: 1, Target: "x"}) {
-		t.Errorf("Acquire while cooling: %v, want 1 matching, 1 cooling", err)
+	want := lease.NoMatchError{Matching: 1, Cooling: 1, Target: "x", FreeAt: fx2.clock.Now().Add(lease.DefaultBannedCooldown)}
+	if !errors.As(err, &nm) {
+		t.Fatalf("Acquire while cooling: %v, want a NoMatchError", err)
+	}
+	if diff := cmp.Diff(want, *nm); diff != "" {
+		t.Errorf("Acquire while cooling (-want +got):\n%s", diff)
 	}
 }
 
@@ -728,7 +734,9 @@ func testOneHolder(t *testing.T, f Factory) {
 	if !errors.As(err, &nm) {
 		t.Fatalf("third lease for t.example: %v, want a NoMatchError", err)
 	}
-	if diff := cmp.Diff(lease.NoMatchError{Matching: 3, Unhealthy: 1, LeasedForTarget: 2, Target: "t.example"}, *nm); diff != "" {
+	// Both holders' leases were granted now for a minute: that is when the first frees up.
+	want := lease.NoMatchError{Matching: 3, Unhealthy: 1, LeasedForTarget: 2, Target: "t.example", FreeAt: fx.clock.Now().Add(time.Minute)}
+	if diff := cmp.Diff(want, *nm); diff != "" {
 		t.Fatalf("no match (-want +got):\n%s", diff)
 	}
 	// The same session key does not get around it either.
@@ -749,6 +757,61 @@ func testOneHolder(t *testing.T, f Factory) {
 	fx.put(spec{name: "a", max: 4, latency: 1})
 	fx.h.Sync(t)
 	step("t.example", "ns/a")
+}
+
+// testNoMatchSaysWhen: a refusal carries the earliest time a matching proxy frees up by
+// itself: the soonest of a cooldown's end and a lease's expiry (for proxies at capacity the
+// store's first expiry, a lower bound); none when only unhealthy proxies match.
+func testNoMatchSaysWhen(t *testing.T, f Factory) {
+	ctx := context.Background()
+	fx := newFixture(t, f, spec{name: "a", max: 1, latency: 1}, spec{name: "b", max: 4, latency: 2}, spec{name: "c", max: 4, unhealthy: true})
+	start := fx.clock.Now()
+	freeAt := func(r lease.Request) time.Time {
+		t.Helper()
+		_, err := fx.acquire(t, r)
+		var nm *lease.NoMatchError
+		if !errors.As(err, &nm) {
+			t.Fatalf("Acquire(%+v): %v, want a NoMatchError", r, err)
+		}
+		return nm.FreeAt
+	}
+	// a is full until its 10-minute lease expires.
+	fx.mustAcquire(t, lease.Request{TTL: 10 * time.Minute})
+	// b cools for s.example for 2 minutes.
+	fx.clock.Advance(time.Second)
+	lb := fx.mustAcquire(t, lease.Request{Target: "s.example", TTL: 5 * time.Minute})
+	if lb.Proxy.Key != "ns/b" {
+		t.Fatalf("lease on %s, want ns/b", lb.Proxy.Key)
+	}
+	if _, err := fx.h.Store.Report(ctx, lb.ID, lease.Report{Result: lease.ResultRateLimited, Target: "s.example", RetryAfter: 2 * time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := freeAt(lease.Request{Target: "s.example"}), start.Add(time.Second+2*time.Minute); !got.Equal(want) {
+		t.Errorf("cooling b, full a: free at %s, want the cooldown's end %s", got, want)
+	}
+	// Nothing matches: no time.
+	if got, want := freeAt(lease.Request{Target: "s.example", Selector: map[string]string{"geo": "mars"}}), (time.Time{}); !got.Equal(want) {
+		t.Errorf("nothing matching: free at %s, want none", got)
+	}
+	fx.clock.Advance(3 * time.Minute) // b's cooldown is over; its lease for s.example still runs
+	if got, want := freeAt(lease.Request{Target: "s.example"}), start.Add(time.Second+5*time.Minute); !got.Equal(want) {
+		t.Errorf("b leased for the target, a full: free at %s, want b's lease expiry %s", got, want)
+	}
+	fx.clock.Advance(3 * time.Minute) // b's lease has expired; a's runs until start+10m
+	fx.mustAcquire(t, lease.Request{TTL: 20 * time.Minute})
+	fx.mustAcquire(t, lease.Request{TTL: 20 * time.Minute})
+	fx.mustAcquire(t, lease.Request{TTL: 20 * time.Minute})
+	fx.mustAcquire(t, lease.Request{TTL: 20 * time.Minute})
+	if got, want := freeAt(lease.Request{}), start.Add(10*time.Minute); !got.Equal(want) {
+		t.Errorf("all full: free at %s, want the first expiry %s", got, want)
+	}
+	// Only an unhealthy proxy matches: no time is known.
+	fx2 := newFixture(t, f, spec{name: "c", max: 4, unhealthy: true})
+	if _, err := fx2.acquire(t, lease.Request{}); err == nil {
+		t.Fatal("lease on an unhealthy proxy")
+	} else if nm := new(lease.NoMatchError); !errors.As(err, &nm) || !nm.FreeAt.IsZero() {
+		t.Errorf("only unhealthy: %v, free at %v, want none", err, nm.FreeAt)
+	}
 }
 
 // testAvoid: avoided proxies are passed over while another fits, and granted when none does.
@@ -787,7 +850,8 @@ func testNamespaces(t *testing.T, f Factory) {
 			continue
 		}
 		var nm *lease.NoMatchError
-		if !errors.As(err, &nm) || *nm != (lease.NoMatchError{Matching: 1, AtCapacity: 1}) {
+		// FreeAt (the lease's expiry) is testNoMatchSaysWhen's subject.
+		if !errors.As(err, &nm) || *nm != (lease.NoMatchError{Matching: 1, AtCapacity: 1, FreeAt: nm.FreeAt}) {
 			t.Errorf("second lease in b: %v, want 1 matching at capacity", err)
 		}
 	}

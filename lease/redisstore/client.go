@@ -38,8 +38,7 @@ var ErrClientConfig = errors.New("redis client configuration")
 type ClientConfig struct {
 	URL string
 	// PasswordFile, when set, holds the password (a mounted Secret) and wins over one in the
-	// URL; a file that does not exist means no password (an optional Secret not created), an
-	// empty one is an error.
+	// URL; a file that does not exist is an error, and so is an empty one.
 	PasswordFile string
 	// CAFile holds the PEM certificates that verify the servers (rediss only; default: the
 	// system's roots). CertFile and KeyFile are a client certificate, both or neither.
@@ -171,6 +170,8 @@ func parseClientConfig(cfg ClientConfig) (clientOptions, error) {
 		b, err := os.ReadFile(cfg.PasswordFile)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
+			// A wrong path would otherwise mean "no password" and surface later as NOAUTH.
+			return o, fmt.Errorf("%w: redis password file %s does not exist (without a password, give no -lease-store-password-file)", ErrClientConfig, cfg.PasswordFile)
 		case err != nil:
 			return o, fmt.Errorf("%w: redis password file: %w", ErrClientConfig, err)
 		case strings.TrimSpace(string(b)) == "":

@@ -33,7 +33,7 @@ func TestNewClient(t *testing.T) {
 		{name: "file wins", url: "redis://:s3cret@redis.example:6379", file: pwFile, wantAddr: "redis.example:6379", wantPW: "from-file"},
 		{name: "empty", url: "", wantErr: "empty"},
 		{name: "wrong scheme hides the password", url: "http://:s3cret@redis.example", wantErr: "want redis://"},
-		{name: "missing file: no password", url: "redis://r:6379", file: filepath.Join(dir, "nope"), wantAddr: "r:6379"},
+		{name: "missing file is an error", url: "redis://r:6379", file: filepath.Join(dir, "nope"), wantErr: "nope does not exist"},
 		{name: "unreadable file", url: "redis://r:6379", file: dir, wantErr: "password file"},
 		{name: "empty file", url: "redis://r:6379", file: empty, wantErr: "is empty"},
 	}

@@ -131,6 +131,9 @@ func New(cfg Config) (*Store, error) {
 
 func (s *Store) keys() []string { return []string{s.cfg.Prefix} }
 
+// Prefix is the prefix every key of the store starts with.
+func (s *Store) Prefix() string { return s.cfg.Prefix }
+
 // head is the two arguments every script starts with: now and the session idle time.
 func (s *Store) head(extra int) []any {
 	now := ""
@@ -247,10 +250,14 @@ func (s *Store) Acquire(ctx context.Context, r lease.Request) (lease.Lease, erro
 			reload = true
 			continue
 		case "nomatch":
-			return lease.Lease{}, &lease.NoMatchError{
+			nm := &lease.NoMatchError{
 				Matching: num(res, 1), Unhealthy: num(res, 2), AtCapacity: num(res, 3), Cooling: num(res, 4),
 				LeasedForTarget: num(res, 5), Target: r.Target,
 			}
+			if at := str(res, 6); at != "" {
+				nm.FreeAt = msTime(at)
+			}
+			return lease.Lease{}, nm
 		case "ok":
 			p, h := decode(str(res, 1), str(res, 4), str(res, 5))
 			return lease.Lease{ID: id, Proxy: p, Health: h, Active: num(res, 2), Target: r.Target,

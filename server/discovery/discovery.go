@@ -9,6 +9,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -43,6 +44,12 @@ const (
 	// unavailableRetryAfter is the Retry-After of a 503 for a shared store that is out: short,
 	// since a Redis restart or failover takes seconds.
 	unavailableRetryAfter = 1
+	// NoMatchRetryAfter is a 409's Retry-After when no time is known (nothing matches, or only
+	// unhealthy proxies do: probes or new proxies change that, at their own pace).
+	NoMatchRetryAfter = 5 * time.Second
+	// ReleaseRetryAfter caps a 409's Retry-After while a proxy at capacity or leased for the
+	// target is among the refused: its holder may release it any moment.
+	ReleaseRetryAfter = 2 * time.Second
 )
 
 // HealthSource is the prober's live verdict by proxy key (lease.Health has the same method).
@@ -95,6 +102,8 @@ type Discovery struct {
 	requests   *prometheus.CounterVec
 	reports    *prometheus.CounterVec
 	refused    *prometheus.CounterVec
+	denied     *prometheus.CounterVec
+	http       *httpMetrics
 }
 
 // cooldownCounter is the optional capability of a lease store that counts its cooldowns.
@@ -151,11 +160,19 @@ func (d *Discovery) init() {
 	for _, o := range []string{"granted", "no_match"} {
 		d.requests.WithLabelValues(o)
 	}
+	d.denied = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "proxy_operator_lease_refused_total",
+		Help: "Lease requests refused, by reason: no_proxy (none matches the selector), cooling, leased_for_target, at_capacity, unhealthy (the reason that held back most matching proxies), warming_up (503 after a restart), store_unavailable (503).",
+	}, []string{"reason"})
+	for _, r := range refusalReasons {
+		d.denied.WithLabelValues(r)
+	}
+	d.http = newHTTPMetrics()
 	for _, r := range []lease.Result{lease.ResultOK, lease.ResultRateLimited, lease.ResultBanned} {
 		d.reports.WithLabelValues(string(r))
 	}
 	if d.Registerer != nil {
-		d.Registerer.MustRegister(d.requests, d.reports, d.refused, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		d.Registerer.MustRegister(d.requests, d.reports, d.refused, d.denied, d.http.requests, d.http.duration, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "proxy_operator_leases_active",
 			Help: "Leases currently held.",
 		}, func() float64 {
@@ -184,7 +201,7 @@ func (d *Discovery) init() {
 // Handler returns the discovery router.
 func (d *Discovery) Handler() http.Handler {
 	d.once.Do(d.init)
-	r := httpx.NewRouter(d.auth)
+	r := httpx.NewRouter(d.http.observe, d.auth)
 	r.Get("/v1/proxies", d.serve(d.listProxies))
 	r.Post("/v1/leases", d.serve(d.acquire))
 	r.Delete("/v1/leases/{id}", d.serve(d.release))
@@ -223,10 +240,19 @@ func (d *Discovery) serve(h httpx.HandlerFunc) http.HandlerFunc {
 			return nil
 		case errors.As(err, &nm):
 			d.requests.WithLabelValues("no_match").Inc()
-			httpx.WriteJSON(w, http.StatusConflict, client.ErrorBody{
+			d.denied.WithLabelValues(refusalReason(nm)).Inc()
+			wait := noMatchWait(nm, d.Now())
+			body := client.ErrorBody{
 				Error: nm.Reason(), Matching: nm.Matching, Unhealthy: nm.Unhealthy,
 				AtCapacity: nm.AtCapacity, CoolingForTarget: nm.Cooling, LeasedForTarget: nm.LeasedForTarget, Target: nm.Target,
-			})
+				RetryAfterSeconds: int64(wait / time.Second),
+			}
+			if !nm.FreeAt.IsZero() {
+				at := nm.FreeAt.UTC()
+				body.AvailableAt = &at
+			}
+			w.Header().Set("Retry-After", strconv.FormatInt(body.RetryAfterSeconds, 10))
+			httpx.WriteJSON(w, http.StatusConflict, body)
 			return nil
 		case errors.Is(err, lease.ErrNotFound):
 			return &httpx.Error{Code: http.StatusNotFound, Message: "lease not found: unknown, expired, released, or its proxy left the fleet", Err: err}
@@ -244,6 +270,9 @@ func (d *Discovery) serve(h httpx.HandlerFunc) http.HandlerFunc {
 			return &httpx.Error{Code: http.StatusTooManyRequests, Err: err,
 				Message: "report not recorded: " + tm.Error() + "; the bound frees as cooldowns are forgotten"}
 		case errors.Is(err, lease.ErrUnavailable):
+			if r.Method == http.MethodPost && r.URL.Path == "/v1/leases" {
+				d.denied.WithLabelValues("store_unavailable").Inc()
+			}
 			// A shared store that is down or slow: nothing was decided, so a retry is safe.
 			return &httpx.Error{Code: http.StatusServiceUnavailable, RetryAfter: unavailableRetryAfter,
 				Message: "lease store unavailable; retry after the Retry-After seconds", Err: err}

@@ -45,6 +45,7 @@ func (d *Discovery) acquire(w http.ResponseWriter, r *http.Request) error {
 	if !d.Fleet.Complete() {
 		// After a restart the view is filled by syncs as they come: a lease now could pile
 		// every crawler onto the few proxies synced first, and a 409 would be a lie.
+		d.denied.WithLabelValues("warming_up").Inc()
 		return &httpx.Error{Code: http.StatusServiceUnavailable, RetryAfter: max(1, int(math.Ceil(d.Fleet.CompleteAt().Sub(d.Now()).Seconds()))),
 			Message: "fleet view still warming up after a restart; retry after the Retry-After seconds"}
 	}

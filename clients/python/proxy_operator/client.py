@@ -9,7 +9,13 @@ from typing import Any, Callable, Dict, List, Mapping, Optional
 
 import requests
 
-__all__ = ["APIError", "Client", "Lease", "NoMatch", "Unavailable", "parse_retry_after"]
+__all__ = ["APIError", "Client", "DEFAULT_LEASE_WAIT", "Lease", "NoMatch", "Unavailable", "parse_retry_after"]
+
+#: How long ``Client.lease`` keeps asking while nothing can be leased (409), in seconds: the
+#: Go client's DefaultLeaseWait.
+DEFAULT_LEASE_WAIT = 60.0
+# The wait after a 409 without Retry-After (an older server).
+_NO_MATCH_FALLBACK_WAIT = 5.0
 
 
 class APIError(Exception):
@@ -42,6 +48,17 @@ class NoMatch(APIError):
     @property
     def cooling_for_target(self) -> int:
         return int(self.body.get("coolingForTarget", 0))
+
+    @property
+    def leased_for_target(self) -> int:
+        return int(self.body.get("leasedForTarget", 0))
+
+    @property
+    def available_at(self) -> Optional[_dt.datetime]:
+        """The earliest time a matching proxy frees up by itself (a cooldown ends, a lease
+        expires); None when the server knows none. ``retry_after`` is when to ask again."""
+        v = self.body.get("availableAt")
+        return _parse_time(v) if isinstance(v, str) and v else None
 
 
 class Unavailable(APIError):
@@ -126,16 +143,25 @@ class Client:
 
     503 and 429 answers are retried after their Retry-After, at most ``retries`` times and
     never waiting more than ``max_wait`` seconds at once; then ``Unavailable`` is raised.
+
+    While nothing can be leased (409), ``lease`` waits each answer's Retry-After and asks again,
+    as long as the next ask falls within ``lease_wait`` seconds of the call's start (default
+    ``DEFAULT_LEASE_WAIT``, a minute; 0 never waits); an answer whose Retry-After reaches past
+    that raises ``NoMatch`` at once, with ``available_at`` saying when a proxy frees up. The
+    Go client (``client.WithLeaseWait``) follows the same rule with the same default.
     """
 
     def __init__(self, base_url: str, token: Optional[str] = None, timeout: float = 10.0,
                  retries: int = 3, max_wait: float = 30.0, session: Optional[requests.Session] = None,
-                 sleep: Callable[[float], None] = time.sleep):
+                 sleep: Callable[[float], None] = time.sleep, lease_wait: float = DEFAULT_LEASE_WAIT,
+                 clock: Callable[[], float] = time.monotonic):
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self.retries = retries
         self.max_wait = max_wait
+        self.lease_wait = max(0.0, float(lease_wait))
         self._sleep = sleep
+        self._clock = clock
         self._session = session or requests.Session()
         # The API is on loopback or inside the cluster: never send it through HTTP_PROXY.
         self._session.trust_env = False
@@ -186,8 +212,10 @@ class Client:
         return self._call("GET", "/v1/proxies", params=params).json()
 
     def lease(self, selector: Optional[Mapping[str, str]] = None, ttl_seconds: Optional[int] = None,
-              target: Optional[str] = None, session_key: Optional[str] = None) -> Lease:
-        """``POST /v1/leases``. Raises ``NoMatch`` (409) when nothing fits."""
+              target: Optional[str] = None, session_key: Optional[str] = None,
+              wait: Optional[float] = None) -> Lease:
+        """``POST /v1/leases``. While nothing fits (409) it waits as the class says, for up to
+        ``wait`` seconds (default: the client's ``lease_wait``); then raises ``NoMatch``."""
         body: Dict[str, Any] = {}
         if selector:
             body["selector"] = dict(selector)
@@ -197,7 +225,15 @@ class Client:
             body["target"] = target
         if session_key:
             body["sessionKey"] = session_key
-        return Lease.from_json(self._call("POST", "/v1/leases", body).json())
+        deadline = self._clock() + (self.lease_wait if wait is None else max(0.0, float(wait)))
+        while True:
+            try:
+                return Lease.from_json(self._call("POST", "/v1/leases", body).json())
+            except NoMatch as exc:
+                pause = exc.retry_after if exc.retry_after is not None else _NO_MATCH_FALLBACK_WAIT
+                if self._clock() + pause > deadline:
+                    raise
+                self._sleep(pause)
 
     def renew(self, lease_id: str, ttl_seconds: Optional[int] = None) -> Lease:
         """``POST /v1/leases/{id}/renew``; an APIError with status 404 when the lease is gone."""

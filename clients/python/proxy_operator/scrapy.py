@@ -11,7 +11,9 @@ Enable it before Scrapy's HttpProxyMiddleware (750), which turns the credentials
     PROXY_OPERATOR_RENEW_MARGIN = 60                  # renew when fewer seconds are left
     PROXY_OPERATOR_BANNED_CODES = [403]               # reported as "banned"
     PROXY_OPERATOR_RATE_LIMITED_CODES = [429, 503]    # reported as "rate_limited"
-    PROXY_OPERATOR_MAX_RETRIES = 3                    # retries through another proxy
+    PROXY_OPERATOR_MAX_RETRIES = 3                    # retries after a ban, through another proxy
+    PROXY_OPERATOR_MAX_RATE_LIMITED_RETRIES = 20      # retries after a rate limit
+    PROXY_OPERATOR_TARGET_CONCURRENCY = 1             # requests in flight per target
 
 Per target (host or host:port) it holds one lease and sends every request for that target
 through the lease's proxy, with its credentials. A response with one of the codes is
@@ -20,6 +22,15 @@ and the request is retried through a new lease: the operator no longer hands out
 proxy for that target while it cools down. Leases are renewed before they expire, and all
 are released when the spider closes. ``request.meta["proxy_operator"] = False`` skips a
 request; ``request.meta["proxy_operator_proxy"]`` names the proxy that carried it.
+
+When no proxy is free for a target (every matching one cools down for it, or is leased for it
+or full), the request is deferred, never failed: the middleware waits the 409's Retry-After
+on the reactor (``proxy_operator/deferred`` counts it) and asks again, for as long as it takes.
+A retry after a rate limit is paced the same way (the reported proxy cools for the site's
+Retry-After), so it has its own, larger bound. At most ``PROXY_OPERATOR_TARGET_CONCURRENCY``
+requests per target are in flight (the rest wait here, before a proxy is chosen): all of a
+target's requests go through its one lease, and requests already sent when a 429 arrives reach
+the site while it asked to wait, which strict sites punish with a ban.
 
 The API calls are blocking (requests); they run in Twisted's thread pool, never on the reactor.
 """
@@ -32,7 +43,7 @@ from urllib.parse import urlsplit
 
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
-from twisted.internet import defer, task, threads
+from twisted.internet import defer, reactor, task, threads
 
 try:  # Scrapy >= 2.6: works with the default and the asyncio reactor alike.
     from scrapy.utils.defer import maybe_deferred_to_future
@@ -40,7 +51,7 @@ except ImportError:  # pragma: no cover - older Scrapy
     def maybe_deferred_to_future(d):  # type: ignore[no-redef]
         return d
 
-from .client import APIError, Client, Lease, parse_retry_after
+from .client import APIError, Client, Lease, NoMatch, parse_retry_after
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +60,10 @@ META_LEASE = "proxy_operator_lease"
 META_TARGET = "proxy_operator_target"
 META_PROXY = "proxy_operator_proxy"
 META_RETRIES = "proxy_operator_retries"
+META_LIMITED_RETRIES = "proxy_operator_rate_limited_retries"
+META_SLOT = "proxy_operator_slot"
+# The wait when a 409 carries no Retry-After (an older operator).
+NO_MATCH_WAIT = 5.0
 
 
 def target_of(url: str) -> str:
@@ -67,7 +82,8 @@ def target_of(url: str) -> str:
 class ProxyOperatorMiddleware:
     def __init__(self, client: Client, selector: Optional[Dict[str, str]] = None, ttl: int = 300,
                  renew_margin: float = 60.0, banned_codes=(403,), rate_limited_codes=(429, 503),
-                 max_retries: int = 3, stats=None, renew_check: Optional[float] = None):
+                 max_retries: int = 3, stats=None, renew_check: Optional[float] = None,
+                 max_rate_limited_retries: int = 20, target_concurrency: int = 1):
         self.client = client
         self.selector = dict(selector or {})
         self.ttl = int(ttl)
@@ -75,6 +91,9 @@ class ProxyOperatorMiddleware:
         self.codes: Dict[int, str] = {int(c): "rate_limited" for c in rate_limited_codes}
         self.codes.update({int(c): "banned" for c in banned_codes})
         self.max_retries = int(max_retries)
+        self.max_rate_limited_retries = int(max_rate_limited_retries)
+        self.target_concurrency = max(1, int(target_concurrency))
+        self._slots: Dict[str, defer.DeferredSemaphore] = {}
         self.stats = stats
         self.renew_check = renew_check or max(1.0, min(30.0, self.renew_margin / 2.0))
         self.leases: Dict[str, Lease] = {}
@@ -89,8 +108,10 @@ class ProxyOperatorMiddleware:
         url = s.get("PROXY_OPERATOR_URL")
         if not url:
             raise NotConfigured("PROXY_OPERATOR_URL is not set")
+        # lease_wait=0: the middleware waits for a free proxy itself, on the reactor, rather
+        # than in a thread-pool thread.
         client = Client(url, token=s.get("PROXY_OPERATOR_TOKEN") or None,
-                        timeout=s.getfloat("PROXY_OPERATOR_TIMEOUT", 10.0))
+                        timeout=s.getfloat("PROXY_OPERATOR_TIMEOUT", 10.0), lease_wait=0)
         mw = cls(
             client,
             selector=s.getdict("PROXY_OPERATOR_SELECTOR"),
@@ -99,6 +120,8 @@ class ProxyOperatorMiddleware:
             banned_codes=s.getlist("PROXY_OPERATOR_BANNED_CODES", [403]),
             rate_limited_codes=s.getlist("PROXY_OPERATOR_RATE_LIMITED_CODES", [429, 503]),
             max_retries=s.getint("PROXY_OPERATOR_MAX_RETRIES", 3),
+            max_rate_limited_retries=s.getint("PROXY_OPERATOR_MAX_RATE_LIMITED_RETRIES", 20),
+            target_concurrency=s.getint("PROXY_OPERATOR_TARGET_CONCURRENCY", 1),
             stats=crawler.stats,
         )
         crawler.signals.connect(mw.spider_opened, signal=signals.spider_opened)
@@ -128,8 +151,7 @@ class ProxyOperatorMiddleware:
             return await maybe_deferred_to_future(waiter)
         self._inflight[target] = []
         try:
-            lease = await self._call(self.client.lease, selector=self.selector or None,
-                                     ttl_seconds=self.ttl, target=target)
+            lease = await self._lease_when_free(target)
         except Exception as exc:
             for w in self._inflight.pop(target, []):
                 w.errback(exc)
@@ -140,6 +162,21 @@ class ProxyOperatorMiddleware:
         for w in self._inflight.pop(target, []):
             w.callback(lease)
         return lease
+
+    async def _lease_when_free(self, target: str) -> Lease:
+        """Leases a proxy for target, waiting on the reactor (never in a thread) while none is
+        free: the request is deferred, not failed."""
+        while True:
+            try:
+                return await self._call(self.client.lease, selector=self.selector or None,
+                                        ttl_seconds=self.ttl, target=target, wait=0)
+            except NoMatch as exc:
+                if self._closed:
+                    raise
+                delay = exc.retry_after if exc.retry_after is not None else NO_MATCH_WAIT
+                self._inc("deferred")
+                logger.debug("no proxy free for %s (%s); asking again in %.0f s", target, exc.message, delay)
+                await maybe_deferred_to_future(task.deferLater(reactor, max(0.1, delay), lambda: None))
 
     async def _renew(self, target: str, lease: Lease) -> Optional[Lease]:
         try:
@@ -197,19 +234,56 @@ class ProxyOperatorMiddleware:
         target = target_of(request.url)
         if not target:
             return None
-        lease = await self._lease_for(target)
+        slot = self._slots.get(target)
+        if slot is None:
+            slot = self._slots[target] = defer.DeferredSemaphore(self.target_concurrency)
+        await maybe_deferred_to_future(slot.acquire())
+        try:
+            lease = await self._lease_for(target)
+        except BaseException:
+            slot.release()
+            raise
+        request.meta[META_SLOT] = target
         request.meta["proxy"] = lease.proxy_url
         request.meta[META_LEASE] = lease.lease_id
         request.meta[META_TARGET] = target
         request.meta[META_PROXY] = lease.proxy_id
         return None
 
+    def _free_slot(self, request) -> None:
+        target = request.meta.pop(META_SLOT, None)
+        if target is not None and target in self._slots:
+            self._slots[target].release()
+
     async def process_response(self, request, response, spider=None):
         lease_id = request.meta.get(META_LEASE)
         result = self.codes.get(response.status)
         if not lease_id or result is None:
+            self._free_slot(request)
             return response
         target = request.meta[META_TARGET]
+        try:
+            await self._report_and_drop(request, response, lease_id, target, result)
+        finally:
+            # Only now may the target's next request pick a proxy: never the reported one.
+            self._free_slot(request)
+        # A rate limit's retry waits for the cooldown it reported, so it has its own bound.
+        key, bound = ((META_LIMITED_RETRIES, self.max_rate_limited_retries) if result == "rate_limited"
+                      else (META_RETRIES, self.max_retries))
+        retries = int(request.meta.get(key, 0))
+        if retries >= bound or self._closed:
+            self._inc("gave_up")
+            return response
+        meta = dict(request.meta)
+        for k in ("proxy", "_auth_proxy", META_LEASE, META_PROXY, META_SLOT):
+            meta.pop(k, None)
+        meta[key] = retries + 1
+        retry = request.replace(meta=meta, dont_filter=True)
+        retry.headers.pop(b"Proxy-Authorization", None)
+        self._inc("retries")
+        return retry
+
+    async def _report_and_drop(self, request, response, lease_id: str, target: str, result: str) -> None:
         key = (lease_id, target)
         if key not in self._reported:
             self._reported.add(key)
@@ -224,21 +298,10 @@ class ProxyOperatorMiddleware:
                 # A vanished lease (404) cannot be reported; the retry below leases anew.
                 logger.warning("report %s on %s failed: %s", result, target, exc)
         self._drop(target, lease_id)
-        retries = int(request.meta.get(META_RETRIES, 0))
-        if retries >= self.max_retries or self._closed:
-            self._inc("gave_up")
-            return response
-        meta = dict(request.meta)
-        for k in ("proxy", "_auth_proxy", META_LEASE, META_PROXY):
-            meta.pop(k, None)
-        meta[META_RETRIES] = retries + 1
-        retry = request.replace(meta=meta, dont_filter=True)
-        retry.headers.pop(b"Proxy-Authorization", None)
-        self._inc("retries")
-        return retry
 
     def process_exception(self, request, exception, spider=None):
         # The proxy may be gone: let the next attempt (Scrapy's retry) lease another one.
+        self._free_slot(request)
         lease_id = request.meta.get(META_LEASE)
         if lease_id:
             self._drop(request.meta[META_TARGET], lease_id)

@@ -119,17 +119,21 @@ class Operator:
         return Client(self.api_url, token=self.token)
 
 
-def build_operator(out_dir: str) -> str:
+def go_build(package: str, binary: str) -> str:
+    """Builds a Go command of the repository (e.g. "." for the operator) into binary."""
     go = os.environ.get("GO", "go")
     if shutil.which(go) is None:
-        pytest.fail(f"{go} not found: the tests build the real operator binary")
-    binary = os.path.join(out_dir, "proxy-operator")
+        pytest.fail(f"{go} not found: the tests build the real binaries")
     env = dict(os.environ)
     env.setdefault("GOTOOLCHAIN", "go1.27.3")
-    res = subprocess.run([go, "build", "-o", binary, "."], cwd=REPO, env=env, capture_output=True, text=True)
+    res = subprocess.run([go, "build", "-o", binary, package], cwd=REPO, env=env, capture_output=True, text=True)
     if res.returncode != 0:
-        pytest.fail(f"go build failed:\n{res.stdout}\n{res.stderr}")
+        pytest.fail(f"go build {package} failed:\n{res.stdout}\n{res.stderr}")
     return binary
+
+
+def build_operator(out_dir: str) -> str:
+    return go_build(".", os.path.join(out_dir, "proxy-operator"))
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,7 @@
 """The client against the real operator, and the credential path through a real mock proxy."""
 
+import time
+
 import requests
 
 from proxy_operator import APIError, Client, NoMatch
@@ -49,7 +51,7 @@ def test_errors(operator):
             assert exc.status == 401
     with operator.api() as api:
         try:
-            api.lease(selector={"pool": "nowhere"})
+            api.lease(selector={"pool": "nowhere"}, wait=0)
             raise AssertionError("leased from an empty selection")
         except NoMatch as exc:
             assert exc.status == 409 and exc.matching == 0
@@ -65,3 +67,32 @@ def test_parse_retry_after():
     assert parse_retry_after(None) is None
     assert parse_retry_after("soon") is None
     assert parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT", now=1445412480 - 60) == 60.0
+
+
+def test_lease_waits_for_a_cooldown(operator):
+    """One proxy cools down for a site for 2 s: a lease with a shorter wait gets NoMatch at
+    once, saying when the proxy frees up; one with the default wait sleeps the 409's
+    Retry-After and gets it."""
+    target = "cooldown-wait.example"
+    with operator.api() as api:
+        held = api.lease(selector={"name": "alpha"}, target=target, ttl_seconds=30)
+        api.report(held.lease_id, "rate_limited", target, retry_after_seconds=2)
+        api.release(held.lease_id)
+        try:
+            api.lease(selector={"name": "alpha"}, target=target, ttl_seconds=30, wait=0.5)
+            raise AssertionError("leased a proxy cooling down for the target")
+        except NoMatch as exc:
+            assert exc.cooling_for_target == 1 and exc.available_at is not None, exc.body
+            assert exc.retry_after in (1.0, 2.0) and exc.body["retryAfterSeconds"] == exc.retry_after, exc.body
+    sleeps = []
+
+    def sleep(d):
+        sleeps.append(d)
+        time.sleep(d)
+
+    with Client(operator.api_url, token=operator.token, sleep=sleep) as api:
+        assert api.lease_wait == 60.0
+        lease = api.lease(selector={"name": "alpha"}, target=target, ttl_seconds=30)
+        api.release(lease.lease_id)
+    assert lease.proxy["attributes"]["name"] == "alpha"
+    assert sleeps and all(0 < s <= 2 for s in sleeps), sleeps

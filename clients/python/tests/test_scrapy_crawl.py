@@ -50,7 +50,7 @@ def test_crawl_rotates_away_from_a_rate_limited_proxy(operator, tmp_path):
         banned = by_ip[site.banned_ip]
         name = banned["attributes"]["name"]
         try:
-            api.lease(selector={"name": name}, target=site.host, ttl_seconds=5)
+            api.lease(selector={"name": name}, target=site.host, ttl_seconds=5, wait=0)
             raise AssertionError("the rate-limited proxy was leased again for the same site")
         except NoMatch as exc:
             assert exc.matching == 1 and exc.cooling_for_target == 1, exc.body

@@ -19,6 +19,20 @@ local function held(p)
   return target ~= '' and taken(p, target)
 end
 
+-- free_at is the earliest time a refused proxy frees up without anyone acting (the 409's
+-- availableAt): its cooldown for the target ends, or its lease for the target expires.
+local free
+local function note_free(t)
+  if t and (free == nil or t < free) then free = t end
+end
+
+local function held_until(p)
+  for _, l in ipairs(redis.call('SMEMBERS', P .. 'lp:' .. p)) do
+    local v = redis.call('HMGET', P .. 'l:' .. l, 't', 'exp')
+    if v[1] == target then note_free(tonumber(v[2])) end
+  end
+end
+
 local function grant(p)
   local load = redis.call('HINCRBY', P .. 'load', p, 1)
   place(p)
@@ -73,8 +87,10 @@ for i = 10, #ARGV do
       end
       if cooling(p) then
         cool = cool + 1
+        note_free((cooldown(p, target)))
       elseif held(p) then
         leased = leased + 1
+        held_until(p)
       elseif avoid[p] then
         fallback = fallback or p -- passed over while another fits
       else
@@ -101,6 +117,11 @@ if not best then
       end
     end
   end
-  return {'nomatch', matching, unhealthy, full, cool, leased}
+  if full > 0 then
+    -- No lease on a full proxy ends before the first lease of the store does.
+    local first = redis.call('ZRANGE', P .. 'exp', 0, 0, 'WITHSCORES')
+    if #first == 2 then note_free(tonumber(first[2])) end
+  end
+  return {'nomatch', matching, unhealthy, full, cool, leased, free and fmt(free) or ''}
 end
 return grant(best)
