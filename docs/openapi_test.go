@@ -414,3 +414,20 @@ func checkRoutesAndAPIDoc(t *testing.T, doc *openapi3.T, handler http.Handler) {
 		}
 	}
 }
+
+// TestOpenAPISaysAuthIsRequired: without a token the discovery API does not start (unless
+// -discovery-insecure); the spec must not tell clients that auth is off by default.
+func TestOpenAPISaysAuthIsRequired(t *testing.T) {
+	doc, err := openapi3.NewLoader().LoadFromFile("openapi.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := doc.Components.SecuritySchemes["bearer"]
+	if s == nil || s.Value == nil {
+		t.Fatal("no bearer security scheme")
+	}
+	d := strings.ToLower(s.Value.Description)
+	if strings.Contains(d, "auth is off") || !strings.Contains(d, "-discovery-insecure") {
+		t.Errorf("bearer scheme description %q: want it to say a token is required (the process does not start without one) and name -discovery-insecure", s.Value.Description)
+	}
+}
