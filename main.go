@@ -15,7 +15,6 @@ import (
 	"slices"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/proxy-operator/proxy-operator/server"
 	"github.com/proxy-operator/proxy-operator/server/replay"
@@ -32,20 +31,13 @@ type subcommand struct {
 	run            func(ctx context.Context, args []string, stdout, stderr io.Writer) error
 }
 
-const (
-	discoveryUsage   = "proxy-operator discovery -lease-store redis://HOST:PORT [flags]"
-	discoverySummary = "serve only the discovery API, from the Redis an operator fills (any number of replicas)"
-	gatewayUsage     = "proxy-operator gateway -lease-store redis://HOST:PORT [flags]"
-	gatewaySummary   = "serve only the crawlers' proxy gateway, leasing from the Redis an operator fills (any number of replicas)"
-)
-
 // subcommands are every subcommand; with none named, the operator runs. Adding one is one
 // entry here.
 var subcommands = map[string]subcommand{
 	"replay": {usage: replay.CommandUsage, summary: "replay captured or committed hook fixtures through the real router and compare with their goldens",
 		run: func(_ context.Context, args []string, stdout, _ io.Writer) error { return replay.Command(args, stdout) }},
-	"discovery": {usage: discoveryUsage, summary: discoverySummary, ownHelp: true, run: runDiscovery},
-	"gateway":   {usage: gatewayUsage, summary: gatewaySummary, ownHelp: true, run: runGateway},
+	"discovery": {usage: server.DiscoveryUsage, summary: server.DiscoverySummary, ownHelp: true, run: server.DiscoveryCommand},
+	"gateway":   {usage: server.GatewayUsage, summary: server.GatewaySummary, ownHelp: true, run: server.GatewayCommand},
 }
 
 // usage writes -h's text: the description, the synopses, the environment and the flags.
@@ -59,30 +51,6 @@ func usage(w io.Writer, fs *flag.FlagSet) {
 	fs.PrintDefaults()
 }
 
-// parse parses args into the flags bound to fs and checks that nothing follows them. Asked
-// for, help is the answer and goes to stdout; otherwise usage goes with the error to stderr.
-func parse(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
-	fs.SetOutput(stderr)
-	help := slices.ContainsFunc(args, isHelp)
-	if help {
-		fs.SetOutput(stdout)
-	} else {
-		// A mistake gets one line saying what is wrong (explainFlagError, printed by main),
-		// not the flag package's own line and every flag's help.
-		fs.SetOutput(io.Discard)
-	}
-	if err := fs.Parse(args); err != nil {
-		if help {
-			return err
-		}
-		return explainFlagError(fs, err)
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q after the flags: a subcommand comes first; run 'proxy-operator -h' for help", fs.Args())
-	}
-	return nil
-}
-
 // parseFlags turns the operator's command line into its Config, logging to stderr.
 func parseFlags(args []string, stdout, stderr io.Writer) (server.Config, error) {
 	fs := flag.NewFlagSet("proxy-operator", flag.ContinueOnError)
@@ -90,74 +58,11 @@ func parseFlags(args []string, stdout, stderr io.Writer) (server.Config, error) 
 	c, logc := server.Defaults(), server.LogConfig{}
 	c.BindFlags(fs)
 	logc.BindFlags(fs)
-	if err := parse(fs, args, stdout, stderr); err != nil {
+	if err := server.ParseFlags(fs, args, stdout, stderr); err != nil {
 		return c, err
 	}
 	c.Discovery.Token, c.Log = os.Getenv("DISCOVERY_TOKEN"), logc.Logger(stderr)
 	return c, c.Validate()
-}
-
-// runDiscovery is the discovery subcommand: the discovery API alone, served from Redis.
-func runDiscovery(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("proxy-operator discovery", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: %s\n\t%s\n\nFlags:\n", discoveryUsage, discoverySummary)
-		fs.PrintDefaults()
-	}
-	c, logc := server.DiscoveryDefaults(), server.LogConfig{}
-	c.BindFlags(fs)
-	logc.BindFlags(fs)
-	if err := parse(fs, args, stdout, stderr); err != nil {
-		return err
-	} else if err := c.Validate(); err != nil {
-		return err
-	}
-	c.Discovery.Token, c.Log = os.Getenv("DISCOVERY_TOKEN"), logc.Logger(stderr)
-	return server.RunDiscovery(ctx, c)
-}
-
-// explainFlagError turns the flag package's terse errors into ones that say what was meant:
-// the nearest flag for an unknown one, what a duration looks like for a bad one.
-func explainFlagError(fs *flag.FlagSet, err error) error {
-	msg := err.Error()
-	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
-		var names []string
-		fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
-		hint := strings.Replace(server.DidYouMean(strings.TrimPrefix(name, "-"), names), `"`, "-", 1)
-		hint = strings.Replace(hint, `"?`, "?", 1)
-		return fmt.Errorf("unknown flag -%s%s (run '%s -h' for every flag)", name, hint, fs.Name())
-	}
-	var value, name string
-	if _, scanErr := fmt.Sscanf(msg, "invalid value %q for flag -%s", &value, &name); scanErr == nil {
-		name = strings.TrimSuffix(name, ":")
-		if f := fs.Lookup(name); f != nil {
-			if g, ok := f.Value.(flag.Getter); ok {
-				if _, isDuration := g.Get().(time.Duration); isDuration {
-					return fmt.Errorf("-%s %q: not a duration: want a number with a unit, such as 300ms, 5s, 2m or 1h30m (0 needs none)", name, value)
-				}
-			}
-		}
-	}
-	return fmt.Errorf("%w (run '%s -h' for every flag)", err, fs.Name())
-}
-
-// runGateway is the gateway subcommand: the proxy gateway alone, leasing from Redis.
-func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("proxy-operator gateway", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: %s\n\t%s\n\nFlags:\n", gatewayUsage, gatewaySummary)
-		fs.PrintDefaults()
-	}
-	c, logc := server.GatewayDefaults(), server.LogConfig{}
-	c.BindFlags(fs)
-	logc.BindFlags(fs)
-	if err := parse(fs, args, stdout, stderr); err != nil {
-		return err
-	} else if err := c.Validate(); err != nil {
-		return err
-	}
-	c.Token, c.Log = os.Getenv("DISCOVERY_TOKEN"), logc.Logger(stderr)
-	return server.RunGateway(ctx, c)
 }
 
 func isHelp(arg string) bool { return arg == "-h" || arg == "-help" || arg == "--help" }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"go/parser"
 	"go/token"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -14,6 +15,9 @@ import (
 )
 
 const module = "github.com/proxy-operator/proxy-operator"
+
+// maxMainLines is the most lines main.go may have (docs/decisions/0093).
+const maxMainLines = 150
 
 // maxRootFolders is the most root folders that may hold Go code (docs/decisions: the layout).
 const maxRootFolders = 12
@@ -146,7 +150,14 @@ var mainMayImport = map[string]bool{"/server/replay": true}
 // TestMainIsFlagsAndDispatch: main.go imports nothing that serves, decides or stores; it turns
 // flags into server.Config and dispatches subcommands.
 func TestMainIsFlagsAndDispatch(t *testing.T) {
-	f, err := parser.ParseFile(token.NewFileSet(), filepath.Join("..", "main.go"), nil, parser.ImportsOnly)
+	src, err := os.ReadFile(filepath.Join("..", "main.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(src), "\n"); n > maxMainLines {
+		t.Errorf("main.go is %d lines, want at most %d: flag bindings go in server/flags.go, subcommands beside what they run", n, maxMainLines)
+	}
+	f, err := parser.ParseFile(token.NewFileSet(), filepath.Join("..", "main.go"), src, parser.ImportsOnly)
 	if err != nil {
 		t.Fatal(err)
 	}

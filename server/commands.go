@@ -1,0 +1,110 @@
+package server
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"time"
+)
+
+// The subcommands that serve from the shared Redis store, beside the operator itself; main.go
+// only dispatches to them.
+const (
+	DiscoveryUsage   = "proxy-operator discovery -lease-store redis://HOST:PORT [flags]"
+	DiscoverySummary = "serve only the discovery API, from the Redis an operator fills (any number of replicas)"
+	GatewayUsage     = "proxy-operator gateway -lease-store redis://HOST:PORT [flags]"
+	GatewaySummary   = "serve only the crawlers' proxy gateway, leasing from the Redis an operator fills (any number of replicas)"
+)
+
+// DiscoveryCommand is the discovery subcommand: the discovery API alone, served from Redis.
+func DiscoveryCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("proxy-operator discovery", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: %s\n\t%s\n\nFlags:\n", DiscoveryUsage, DiscoverySummary)
+		fs.PrintDefaults()
+	}
+	c, logc := DiscoveryDefaults(), LogConfig{}
+	c.BindFlags(fs)
+	logc.BindFlags(fs)
+	if err := ParseFlags(fs, args, stdout, stderr); err != nil {
+		return err
+	} else if err := c.Validate(); err != nil {
+		return err
+	}
+	c.Discovery.Token, c.Log = os.Getenv("DISCOVERY_TOKEN"), logc.Logger(stderr)
+	return RunDiscovery(ctx, c)
+}
+
+// GatewayCommand is the gateway subcommand: the proxy gateway alone, leasing from Redis.
+func GatewayCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("proxy-operator gateway", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: %s\n\t%s\n\nFlags:\n", GatewayUsage, GatewaySummary)
+		fs.PrintDefaults()
+	}
+	c, logc := GatewayDefaults(), LogConfig{}
+	c.BindFlags(fs)
+	logc.BindFlags(fs)
+	if err := ParseFlags(fs, args, stdout, stderr); err != nil {
+		return err
+	} else if err := c.Validate(); err != nil {
+		return err
+	}
+	c.Token, c.Log = os.Getenv("DISCOVERY_TOKEN"), logc.Logger(stderr)
+	return RunGateway(ctx, c)
+}
+
+// ParseFlags parses args into the flags bound to fs and checks that nothing follows them. Asked
+// for, help is the answer and goes to stdout; otherwise usage goes with the error to stderr.
+func ParseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
+	fs.SetOutput(stderr)
+	help := slices.ContainsFunc(args, isHelp)
+	if help {
+		fs.SetOutput(stdout)
+	} else {
+		// A mistake gets one line saying what is wrong (explainFlagError, printed by main),
+		// not the flag package's own line and every flag's help.
+		fs.SetOutput(io.Discard)
+	}
+	if err := fs.Parse(args); err != nil {
+		if help {
+			return err
+		}
+		return explainFlagError(fs, err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q after the flags: a subcommand comes first; run 'proxy-operator -h' for help", fs.Args())
+	}
+	return nil
+}
+
+// explainFlagError turns the flag package's terse errors into ones that say what was meant:
+// the nearest flag for an unknown one, what a duration looks like for a bad one.
+func explainFlagError(fs *flag.FlagSet, err error) error {
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
+		var names []string
+		fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+		hint := strings.Replace(DidYouMean(strings.TrimPrefix(name, "-"), names), `"`, "-", 1)
+		hint = strings.Replace(hint, `"?`, "?", 1)
+		return fmt.Errorf("unknown flag -%s%s (run '%s -h' for every flag)", name, hint, fs.Name())
+	}
+	var value, name string
+	if _, scanErr := fmt.Sscanf(msg, "invalid value %q for flag -%s", &value, &name); scanErr == nil {
+		name = strings.TrimSuffix(name, ":")
+		if f := fs.Lookup(name); f != nil {
+			if g, ok := f.Value.(flag.Getter); ok {
+				if _, isDuration := g.Get().(time.Duration); isDuration {
+					return fmt.Errorf("-%s %q: not a duration: want a number with a unit, such as 300ms, 5s, 2m or 1h30m (0 needs none)", name, value)
+				}
+			}
+		}
+	}
+	return fmt.Errorf("%w (run '%s -h' for every flag)", err, fs.Name())
+}
+
+func isHelp(arg string) bool { return arg == "-h" || arg == "-help" || arg == "--help" }
