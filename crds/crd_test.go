@@ -489,7 +489,8 @@ func testStatusAndColumns(t *testing.T, s *server) {
 	}
 	var table struct {
 		ColumnDefinitions []struct {
-			Name string `json:"name"`
+			Name     string `json:"name"`
+			Priority int    `json:"priority"`
 		} `json:"columnDefinitions"`
 		Rows []struct {
 			Cells []any `json:"cells"`
@@ -498,17 +499,31 @@ func testStatusAndColumns(t *testing.T, s *server) {
 	if err := json.Unmarshal(tb, &table); err != nil {
 		t.Fatal(err)
 	}
-	var cols []string
-	for _, c := range table.ColumnDefinitions {
-		cols = append(cols, c.Name)
+	// kubectl get shows the priority-0 columns; -o wide adds the others.
+	var cols, wide []string
+	at := map[string]int{}
+	for i, c := range table.ColumnDefinitions {
+		at[c.Name] = i
+		if c.Priority == 0 {
+			cols = append(cols, c.Name)
+		} else {
+			wide = append(wide, c.Name)
+		}
 	}
 	if diff := cmp.Diff([]string{"Name", "Mode", "Provider", "Phase", "IP", "Healthy", "Age"}, cols); diff != "" {
 		t.Errorf("columns (-want +got):\n%s", diff)
 	}
-	if len(table.Rows) != 1 || len(table.Rows[0].Cells) != 7 {
-		t.Fatalf("rows = %+v, want one row of 7 cells", table.Rows)
+	if diff := cmp.Diff([]string{"Exit", "Country", "Band"}, wide); diff != "" {
+		t.Errorf("wide columns (-want +got):\n%s", diff)
 	}
-	cells := table.Rows[0].Cells
+	if len(table.Rows) != 1 || len(table.Rows[0].Cells) != len(table.ColumnDefinitions) {
+		t.Fatalf("rows = %+v, want one row of %d cells", table.Rows, len(table.ColumnDefinitions))
+	}
+	row := table.Rows[0].Cells
+	var cells []any
+	for _, c := range cols {
+		cells = append(cells, row[at[c]])
+	}
 	if diff := cmp.Diff([]any{"with-status", "Managed", "mock", "Ready", "192.0.2.7", "True"}, cells[:6]); diff != "" {
 		t.Errorf("cells (-want +got):\n%s", diff)
 	}
