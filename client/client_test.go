@@ -71,11 +71,11 @@ func newClient(t *testing.T, a *api, opts ...client.Option) (*client.Client, *[]
 }
 
 func TestListLeaseRenewReportRelease(t *testing.T) {
-	a := startAPI(t, "s3cret", 0)
+	a := startAPI(t, "s3cret-0123456789abcdef", 0)
 	a.addProxy("eu-1", "127.0.0.11", "eu", lifecycle.HealthHealthy, 5)
 	a.addProxy("eu-2", "127.0.0.12", "eu", lifecycle.HealthUnhealthy, 5)
 	a.addProxy("us-1", "127.0.0.13", "us", lifecycle.HealthHealthy, 5)
-	c, _ := newClient(t, a, client.WithToken("s3cret"))
+	c, _ := newClient(t, a, client.WithToken("s3cret-0123456789abcdef"))
 	ctx := context.Background()
 
 	yes := true
@@ -274,7 +274,7 @@ func TestRetryAfterOn503(t *testing.T) {
 }
 
 func TestUnauthorized(t *testing.T) {
-	a := startAPI(t, "right", 0)
+	a := startAPI(t, "right-0123456789abcdef", 0)
 	for _, tok := range []string{"", "wrong"} {
 		c, _ := newClient(t, a, client.WithToken(tok))
 		_, err := c.List(context.Background(), client.ListOptions{})

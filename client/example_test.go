@@ -28,7 +28,7 @@ func Example() {
 	defer stop()
 	ctx := context.Background()
 
-	c, err := client.New(apiURL, client.WithToken("crawler-token"))
+	c, err := client.New(apiURL, client.WithToken("crawler-token-0123456789"))
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -74,7 +74,7 @@ func Example() {
 	// The only proxy now cools for this site for the 30 s the site asked. A lease waits for a
 	// free proxy up to WithLeaseWait (default a minute); with 10 s, the 409 comes back at
 	// once, saying why nothing fits and when the proxy frees up.
-	impatient, _ := client.New(apiURL, client.WithToken("crawler-token"), client.WithLeaseWait(10*time.Second))
+	impatient, _ := client.New(apiURL, client.WithToken("crawler-token-0123456789"), client.WithLeaseWait(10*time.Second))
 	_, err = impatient.Lease(ctx, client.LeaseRequest{Selector: map[string]string{"geo": "eu"}, Target: site.Host})
 	var nm *client.NoMatchError
 	if errors.As(err, &nm) {
@@ -123,7 +123,7 @@ func exampleWorld() (apiURL, siteURL string, stop func()) {
 	view.Upsert(fleet.Proxy{Key: "crawl/eu-1", IP: pu.Hostname(), Port: int32(port), Attributes: map[string]string{"geo": "eu"}, MaxLeases: 4, Phase: "Ready"})
 	health := healthy{}
 	store := lease.NewMemory(lease.Config{Fleet: view, Health: health})
-	d := &discovery.Discovery{Fleet: view, Health: health, Leases: store, Token: "crawler-token", Log: slog.New(slog.DiscardHandler)}
+	d := &discovery.Discovery{Fleet: view, Health: health, Leases: store, Token: "crawler-token-0123456789", Log: slog.New(slog.DiscardHandler)}
 	api := httptest.NewServer(d.Handler())
 	return api.URL, site.URL, func() { api.Close(); proxy.Close(); site.Close() }
 }

@@ -35,7 +35,7 @@ func TestExternalOutsideExpectedExitIsNotLeased(t *testing.T) {
 		t.Cleanup(stop)
 	}
 	op, err := server.New(server.Config{Hooks: server.HooksConfig{Addr: "127.0.0.1:0"},
-		Discovery: server.DiscoveryAPIConfig{Addr: "127.0.0.1:0", Token: "t0ken"},
+		Discovery: server.DiscoveryAPIConfig{Addr: "127.0.0.1:0", Token: "t0ken-0123456789abcdef"},
 		Quality:   server.QualityConfig{EchoAddr: "127.0.0.1:0"}, Egress: server.EgressConfig{AllowLoopback: true}})
 	if err != nil {
 		t.Fatal(err)
@@ -100,7 +100,7 @@ func TestExternalOutsideExpectedExitIsNotLeased(t *testing.T) {
 		t.Errorf("good: ExitVerified %+v", c)
 	}
 
-	c, err := client.New("http://"+op.DiscoveryAddr(), client.WithToken("t0ken"))
+	c, err := client.New("http://"+op.DiscoveryAddr(), client.WithToken("t0ken-0123456789abcdef"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,7 +29,7 @@ func get(t *testing.T, url string) (int, string) {
 // TestNewRunStop: New binds both listeners (the ports are known at once), Run serves the hook
 // and discovery routers, and a cancelled context stops it cleanly and frees the ports.
 func TestNewRunStop(t *testing.T) {
-	op, err := server.New(server.Config{Hooks: server.HooksConfig{Addr: "127.0.0.1:0"}, Discovery: server.DiscoveryAPIConfig{Addr: "127.0.0.1:0", Token: "t0ken"}})
+	op, err := server.New(server.Config{Hooks: server.HooksConfig{Addr: "127.0.0.1:0"}, Discovery: server.DiscoveryAPIConfig{Addr: "127.0.0.1:0", Token: "t0ken-0123456789abcdef"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ import (
 // TestPoolHooksServed: the operator serves the pools CompositeController's hooks on the hook
 // listener, and a pool sync shows in the pool metrics at /metrics.
 func TestPoolHooksServed(t *testing.T) {
-	op, err := server.New(server.Config{Hooks: server.HooksConfig{Addr: "127.0.0.1:0"}, Discovery: server.DiscoveryAPIConfig{Addr: "127.0.0.1:0", Token: "t0ken"}})
+	op, err := server.New(server.Config{Hooks: server.HooksConfig{Addr: "127.0.0.1:0"}, Discovery: server.DiscoveryAPIConfig{Addr: "127.0.0.1:0", Token: "t0ken-0123456789abcdef"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +65,7 @@ func TestPoolHooksServed(t *testing.T) {
 // than deciding on no leases (which would scale down or drain members crawlers hold).
 func TestPoolHooksReadRedis(t *testing.T) {
 	srv := redistest.Start(t)
-	op, err := server.New(server.Config{Hooks: server.HooksConfig{Addr: "127.0.0.1:0"}, Discovery: server.DiscoveryAPIConfig{Addr: "127.0.0.1:0", Token: "t0ken"},
+	op, err := server.New(server.Config{Hooks: server.HooksConfig{Addr: "127.0.0.1:0"}, Discovery: server.DiscoveryAPIConfig{Addr: "127.0.0.1:0", Token: "t0ken-0123456789abcdef"},
 		Lease: server.LeaseConfig{Store: "redis://" + srv.Addr}})
 	if err != nil {
 		t.Fatal(err)

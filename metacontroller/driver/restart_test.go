@@ -71,7 +71,7 @@ func startProcess(t *testing.T, clock *driver.Clock, cloud *mock.Provider) *rest
 		Now:       clock.Now,
 	}
 	store := lease.NewMemory(lease.Config{Fleet: view, Health: sched, Now: clock.Now})
-	disc := &discovery.Discovery{Fleet: view, Health: sched, Leases: store, Now: clock.Now, Token: "t0ken"}
+	disc := &discovery.Discovery{Fleet: view, Health: sched, Leases: store, Now: clock.Now, Token: "t0ken-0123456789abcdef"}
 	r := &restarted{view: view, sched: sched, hooks: httptest.NewServer(h.Handler()), disc: httptest.NewServer(disc.Handler())}
 	t.Cleanup(r.hooks.Close)
 	t.Cleanup(r.disc.Close)
@@ -85,7 +85,7 @@ func callDiscovery(t *testing.T, base, method, path, body string) (int, string, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Authorization", "Bearer t0ken")
+	req.Header.Set("Authorization", "Bearer t0ken-0123456789abcdef")
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
 	if err != nil {

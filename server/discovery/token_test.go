@@ -19,7 +19,7 @@ func TestDiscoveryTokens(t *testing.T) {
 		}
 		return p
 	}
-	secret := write("token", "from-file\n")
+	secret := write("token", "from-file-0123456789\n")
 	empty := write("empty", " \n")
 	tests := []struct {
 		name, env, file string
@@ -27,11 +27,12 @@ func TestDiscoveryTokens(t *testing.T) {
 		wantTokens      int
 		wantErr         string
 	}{
-		{name: "env only", env: "from-env", wantTokens: 1},
+		{name: "env only", env: "from-env-0123456789", wantTokens: 1},
 		{name: "neither: refused", wantErr: "-discovery-insecure"},
+		{name: "short env token refused", env: "only-15-chars-x", wantErr: "at least 16 characters"},
 		{name: "neither, insecure: no tokens", insecure: true},
-		{name: "file wins over env", env: "from-env", file: secret, wantTokens: 1},
-		{name: "blank file is an error", env: "from-env", file: empty, wantErr: "no token"},
+		{name: "file wins over env", env: "from-env-0123456789", file: secret, wantTokens: 1},
+		{name: "blank file is an error", env: "from-env-0123456789", file: empty, wantErr: "no token"},
 		{name: "blank file is an error even insecure", file: empty, insecure: true, wantErr: "no token"},
 		{name: "missing file is an error", file: filepath.Join(dir, "nope"), wantErr: "no such file"},
 	}
@@ -42,7 +43,7 @@ func TestDiscoveryTokens(t *testing.T) {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("err %v, want one saying %q", err, tc.wantErr)
 				}
-				if strings.Contains(err.Error(), "from-env") {
+				if strings.Contains(err.Error(), "from-env-0123456789") {
 					t.Errorf("error %q carries the token", err)
 				}
 				return

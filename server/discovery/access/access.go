@@ -165,7 +165,10 @@ func isYAML(b []byte) bool {
 	return false
 }
 
-// New checks specs and builds the set. A blank token, a token with spaces, a duplicate token
+// MinTokenLen is the shortest token accepted: a short token is guessed or brute-forced.
+const MinTokenLen = 16
+
+// New checks specs and builds the set. A blank token, a token shorter than MinTokenLen, a token with spaces, a duplicate token
 // or name, an empty namespace list or an unknown right is an error naming the entry (by
 // name or position, never by token).
 func New(specs []TokenSpec) (*Tokens, error) {
@@ -186,6 +189,8 @@ func New(specs []TokenSpec) (*Tokens, error) {
 			return nil, fmt.Errorf("%s: blank token", id)
 		case strings.ContainsAny(tok, " \t\r\n"):
 			return nil, fmt.Errorf("%s: a token may not contain whitespace", id)
+		case len(tok) < MinTokenLen:
+			return nil, fmt.Errorf("%s: a token must be at least %d characters (e.g. `openssl rand -hex 32`)", id, MinTokenLen)
 		case s.Name == "":
 			return nil, fmt.Errorf("%s: name is required (it stands for the token in logs)", id)
 		case names[s.Name]:

@@ -111,13 +111,13 @@ func TestParseRejects(t *testing.T) {
 		{"only comments", "# nothing\n\n", "no token"},
 		{"blank yaml token", "tokens:\n  - {name: a, token: '  ', namespaces: [x], right: read}\n", "token 1 (a): blank token"},
 		{"space in token", "tokens:\n  - {name: a, token: 'a b', namespaces: [x], right: read}\n", "whitespace"},
-		{"no name", "tokens:\n  - {token: abc, namespaces: [x], right: read}\n", "name is required"},
-		{"duplicate name", "tokens:\n  - {name: a, token: abc, namespaces: [x], right: read}\n  - {name: a, token: abd, namespaces: [x], right: read}\n", "duplicate name"},
-		{"duplicate token", "tokens:\n  - {name: a, token: abc, namespaces: [x], right: read}\n  - {name: b, token: abc, namespaces: [x], right: read}\n", "same token"},
-		{"no namespaces", "tokens:\n  - {name: a, token: abc, right: read}\n", "namespaces is required"},
-		{"bad right", "tokens:\n  - {name: a, token: abc, namespaces: [x], right: admin}\n", `right "admin"`},
-		{"unknown field", "tokens:\n  - {name: a, token: abc, namespaces: [x], right: read, admin: true}\n", "unknown field"},
-		{"duplicate line token", "abc\nabc\n", "same token"},
+		{"no name", "tokens:\n  - {token: abc-0123456789abcdef, namespaces: [x], right: read}\n", "name is required"},
+		{"duplicate name", "tokens:\n  - {name: a, token: abc-0123456789abcdef, namespaces: [x], right: read}\n  - {name: a, token: abd-0123456789abcdef, namespaces: [x], right: read}\n", "duplicate name"},
+		{"duplicate token", "tokens:\n  - {name: a, token: abc-0123456789abcdef, namespaces: [x], right: read}\n  - {name: b, token: abc-0123456789abcdef, namespaces: [x], right: read}\n", "same token"},
+		{"no namespaces", "tokens:\n  - {name: a, token: abc-0123456789abcdef, right: read}\n", "namespaces is required"},
+		{"bad right", "tokens:\n  - {name: a, token: abc-0123456789abcdef, namespaces: [x], right: admin}\n", `right "admin"`},
+		{"unknown field", "tokens:\n  - {name: a, token: abc-0123456789abcdef, namespaces: [x], right: read, admin: true}\n", "unknown field"},
+		{"duplicate line token", "abc-0123456789abcdef\nabc-0123456789abcdef\n", "same token"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -142,5 +142,22 @@ func TestLoad(t *testing.T) {
 	}
 	if _, err := Load(filepath.Join(t.TempDir(), "missing")); err == nil {
 		t.Error("Load of a missing file: no error")
+	}
+}
+
+// TestShortTokenRefused: a token shorter than MinTokenLen is refused when the set is built
+// (at start), by a message naming the rule and the entry, never the token.
+func TestShortTokenRefused(t *testing.T) {
+	for _, file := range []string{"x\n", "tokens:\n  - {name: a, token: short-tok-12345, namespaces: [x], right: read}\n"} {
+		_, err := Parse([]byte(file))
+		if err == nil || !strings.Contains(err.Error(), "at least 16 characters") {
+			t.Errorf("Parse(%q): %v, want a refusal naming the 16-character minimum", file, err)
+		}
+		if err != nil && strings.Contains(err.Error(), "short-tok") {
+			t.Errorf("error %q carries the token", err)
+		}
+	}
+	if _, err := Parse([]byte("exactly-16-chars\n")); err != nil {
+		t.Errorf("a 16-character token: %v", err)
 	}
 }
