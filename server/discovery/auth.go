@@ -52,16 +52,32 @@ func (d *Discovery) auth(next http.Handler) http.Handler {
 		}
 		switch {
 		case errors.Is(err, access.ErrNoToken):
+			d.unauthorized(r, reasonMissingToken)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="proxy-operator"`)
 			httpx.WriteError(w, httpx.Errorf(http.StatusUnauthorized, "missing bearer token"))
 			return
 		case err != nil:
+			d.unauthorized(r, reasonInvalidToken)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="proxy-operator", error="invalid_token"`)
 			httpx.WriteError(w, httpx.Errorf(http.StatusUnauthorized, "invalid bearer token"))
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(access.WithCaller(r.Context(), caller)))
 	})
+}
+
+// Reasons of a 401, the label of proxy_operator_discovery_unauthorized_total.
+const (
+	reasonMissingToken = "missing_token"
+	reasonInvalidToken = "invalid_token"
+)
+
+// unauthorized logs and counts a 401. The log names the path, method and remote address so a
+// probe can be traced; never the token or any other header.
+func (d *Discovery) unauthorized(r *http.Request, reason string) {
+	d.unauth.WithLabelValues(reason).Inc()
+	d.Log.Warn("discovery request unauthorized", "reason", reason, "method", r.Method,
+		"path", r.URL.Path, "remote", r.RemoteAddr)
 }
 
 // mayLease refuses a caller without the lease right (a read-only token). A lease ID is a

@@ -103,6 +103,7 @@ type Discovery struct {
 	reports    *prometheus.CounterVec
 	refused    *prometheus.CounterVec
 	denied     *prometheus.CounterVec
+	unauth     *prometheus.CounterVec
 	http       *httpMetrics
 }
 
@@ -167,12 +168,19 @@ func (d *Discovery) init() {
 	for _, r := range refusalReasons {
 		d.denied.WithLabelValues(r)
 	}
+	d.unauth = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "proxy_operator_discovery_unauthorized_total",
+		Help: "Discovery API requests answered 401, by reason (missing_token or invalid_token).",
+	}, []string{"reason"})
+	for _, r := range []string{reasonMissingToken, reasonInvalidToken} {
+		d.unauth.WithLabelValues(r)
+	}
 	d.http = newHTTPMetrics()
 	for _, r := range []lease.Result{lease.ResultOK, lease.ResultRateLimited, lease.ResultBanned} {
 		d.reports.WithLabelValues(string(r))
 	}
 	if d.Registerer != nil {
-		d.Registerer.MustRegister(d.requests, d.reports, d.refused, d.denied, d.http.requests, d.http.duration, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		d.Registerer.MustRegister(d.requests, d.reports, d.refused, d.denied, d.unauth, d.http.requests, d.http.duration, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "proxy_operator_leases_active",
 			Help: "Leases currently held.",
 		}, func() float64 {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -534,5 +535,43 @@ func TestDiscoveryBadInput(t *testing.T) {
 	}
 	if got := counterValue(t, f.reg, "proxy_operator_lease_requests_total", "no_match"); got != 0 {
 		t.Errorf("no_match counted %v for bad input", got)
+	}
+}
+
+// TestUnauthorizedIsLoggedAndCounted: every 401 is logged (reason, route, remote address, never
+// the token) and counted by reason on the injected Registerer.
+func TestUnauthorizedIsLoggedAndCounted(t *testing.T) {
+	f := newDiscFixture(t, discOpts{token: discToken})
+	const wrong = "wrong-token-7d1e0b5a9c"
+	f.do(t, "GET", "/v1/proxies", "", "")
+	f.do(t, "GET", "/v1/proxies", wrong, "")
+	f.do(t, "POST", "/v1/leases", wrong, "")
+	f.do(t, "GET", "/v1/proxies", discToken, "")
+	mfs, err := f.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "proxy_operator_discovery_unauthorized_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "reason" {
+					got[l.GetValue()] = m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	if want := map[string]float64{"missing_token": 1, "invalid_token": 2}; !maps.Equal(got, want) {
+		t.Errorf("proxy_operator_discovery_unauthorized_total = %v, want %v", got, want)
+	}
+	logs := f.logs.String()
+	if strings.Count(logs, "discovery request unauthorized") != 3 || !strings.Contains(logs, "reason=invalid_token") || !strings.Contains(logs, "reason=missing_token") {
+		t.Errorf("401s not logged with their reason:\n%s", logs)
+	}
+	if strings.Contains(logs, wrong) || strings.Contains(logs, discToken) {
+		t.Errorf("a token reached the log:\n%s", logs)
 	}
 }
