@@ -29,7 +29,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/lease/redisstore"
 )
 
-const benchToken = "bench-token"
+const benchToken = "bench-token-0123456789"
 
 // benchServer starts the discovery server for n proxies on loopback, with the production
 // server settings and auth on. Paths under /noop go to a router with the same auth middleware
