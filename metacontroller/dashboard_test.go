@@ -17,20 +17,23 @@ var documentedMetrics = map[string]struct {
 	labels    []string
 	histogram bool
 }{
-	"proxy_operator_proxies":                      {labels: []string{"phase"}},
-	"proxy_operator_healthcheck_duration_seconds": {labels: []string{"proxy"}, histogram: true},
-	"proxy_operator_healthcheck_failures_total":   {labels: []string{"proxy"}},
-	"proxy_operator_healthcheck_lateness_seconds": {histogram: true},
-	"proxy_operator_leases_active":                {},
-	"proxy_operator_lease_requests_total":         {labels: []string{"outcome"}},
-	"proxy_operator_provider_requests_total":      {labels: []string{"provider", "op", "result"}},
-	"proxy_operator_hook_duration_seconds":        {labels: []string{"hook"}, histogram: true},
-	"proxy_operator_gc_deletions_total":           {labels: []string{"provider"}},
-	"proxy_operator_pool_members":                 {labels: []string{"pool", "state"}},
-	"proxy_operator_pool_desired_members":         {labels: []string{"pool"}},
-	"proxy_operator_pool_lease_utilization_ratio": {labels: []string{"pool"}},
-	"proxy_operator_pool_rotations_total":         {labels: []string{"pool", "reason"}},
-	"proxy_operator_pool_scale_events_total":      {labels: []string{"pool", "direction"}},
+	"proxy_operator_proxies":                            {labels: []string{"phase"}},
+	"proxy_operator_healthcheck_duration_seconds":       {labels: []string{"proxy"}, histogram: true},
+	"proxy_operator_healthcheck_failures_total":         {labels: []string{"proxy"}},
+	"proxy_operator_healthcheck_lateness_seconds":       {histogram: true},
+	"proxy_operator_leases_active":                      {},
+	"proxy_operator_lease_requests_total":               {labels: []string{"outcome"}},
+	"proxy_operator_provider_requests_total":            {labels: []string{"provider", "op", "result"}},
+	"proxy_operator_hook_duration_seconds":              {labels: []string{"hook"}, histogram: true},
+	"proxy_operator_gc_deletions_total":                 {labels: []string{"provider"}},
+	"proxy_operator_pool_members":                       {labels: []string{"pool", "state"}},
+	"proxy_operator_pool_desired_members":               {labels: []string{"pool"}},
+	"proxy_operator_pool_lease_utilization_ratio":       {labels: []string{"pool"}},
+	"proxy_operator_pool_rotations_total":               {labels: []string{"pool", "reason"}},
+	"proxy_operator_pool_scale_events_total":            {labels: []string{"pool", "direction"}},
+	"proxy_operator_discovery_requests_total":           {labels: []string{"route", "method", "code"}},
+	"proxy_operator_discovery_request_duration_seconds": {labels: []string{"route", "method"}, histogram: true},
+	"proxy_operator_lease_refused_total":                {labels: []string{"reason"}},
 }
 
 type dashboardPanel struct {

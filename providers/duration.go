@@ -18,7 +18,7 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	}
 	v, err := time.ParseDuration(s)
 	if err != nil {
-		return fmt.Errorf("bad duration %q: %w", s, err)
+		return fmt.Errorf("bad duration %q: want a number with a unit, such as 300ms, 5s, 2m or 1h30m (%w)", s, err)
 	}
 	if v < 0 {
 		return fmt.Errorf("duration %q must not be negative", s)

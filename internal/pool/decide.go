@@ -486,8 +486,12 @@ func (d *decider) status() {
 	case d.spec.Autoscale == nil:
 		set(v1.PoolConditionScalingLimited, false, "AutoscaleDisabled", "size is spec.replicas")
 	case d.limited != "":
+		bound := "minReplicas (" + strconv.Itoa(int(*d.spec.Autoscale.MinReplicas)) + ")"
+		if d.limited == LimitedTooMany {
+			bound = "maxReplicas (" + strconv.Itoa(int(d.spec.Autoscale.MaxReplicas)) + ")"
+		}
 		set(v1.PoolConditionScalingLimited, true, d.limited,
-			"demand asks for "+strconv.Itoa(int(d.recommended))+" members, clamped to "+strconv.Itoa(int(d.desired)))
+			"demand asks for "+strconv.Itoa(int(d.recommended))+" members, clamped to "+bound+"; desired is "+strconv.Itoa(int(d.desired)))
 	default:
 		set(v1.PoolConditionScalingLimited, false, "DesiredWithinRange", "demand is within minReplicas and maxReplicas")
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -537,6 +538,8 @@ func TestAutoscale(t *testing.T) {
 		{"down after the window to the largest recommendation in it", autoscaled(1, 10, 50, 240, &v1.PoolAutoscaleStatus{LowSince: &lowSince, LowMax: 3}, 6), []int{1, 1}, 0, 3, "", &Scale{From: 6, To: 3, Reason: "Autoscale"}, false},
 		{"demand back up resets the window", autoscaled(1, 10, 50, 300, &v1.PoolAutoscaleStatus{LowSince: &lowSince, LowMax: 3}, 2), []int{5, 5}, 0, 2, "", nil, false},
 		{"down clamped to min", autoscaled(3, 10, 50, 0, &v1.PoolAutoscaleStatus{}, 5), nil, 0, 3, LimitedTooFew, &Scale{From: 5, To: 3, Reason: "Autoscale"}, false},
+		// Clamped to minReplicas while the window holds the size at 5: the message names the bound (3), not 5.
+		{"clamped to min inside the window", autoscaled(3, 10, 50, 300, &v1.PoolAutoscaleStatus{}, 5), nil, 0, 5, LimitedTooFew, nil, true},
 		// The pool is full (20 of 20) and crawlers were refused 10 times: 30 / 5 = 6.
 		{"409 no-capacity answers count as demand", autoscaled(1, 10, 50, 300, &v1.PoolAutoscaleStatus{DeniedSeen: 5}, 4), []int{5, 5, 5, 5}, 15, 6, "", &Scale{From: 4, To: 6, Reason: "Autoscale"}, false},
 		// 1000 refusals count at most the current capacity (40): (20+40)/5 = 12, clamped to 10.
@@ -569,6 +572,15 @@ func TestAutoscale(t *testing.T) {
 			}
 			if gotLimited != tt.wantLimited {
 				t.Errorf("ScalingLimited = %q, want %q", gotLimited, tt.wantLimited)
+			}
+			if a := tt.pool.Spec.Autoscale; gotLimited != "" {
+				want := fmt.Sprintf("clamped to minReplicas (%d)", *a.MinReplicas)
+				if gotLimited == LimitedTooMany {
+					want = fmt.Sprintf("clamped to maxReplicas (%d)", a.MaxReplicas)
+				}
+				if !strings.Contains(c.Message, want) {
+					t.Errorf("ScalingLimited message %q, want it to say %q", c.Message, want)
+				}
 			}
 			if got := d.Status.Autoscale.LowSince != nil; got != tt.wantLow {
 				t.Errorf("lowSince set = %v, want %v", got, tt.wantLow)

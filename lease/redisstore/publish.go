@@ -191,6 +191,14 @@ func (pb *Publisher) Sync(ctx context.Context) error {
 		delete(pb.last, k.(string))
 	}
 	if !pb.reconciled {
+		// Said once, at the end of the warm-up: a proxy that was never synced again since the
+		// start (deleted meanwhile, or Metacontroller not running) vanishes here, not silently.
+		dropped := make([]string, 0, min(len(gone), 5))
+		for _, k := range gone[:min(len(gone), 5)] {
+			dropped = append(dropped, k.(string))
+		}
+		pb.log.Info("fleet complete: removed the proxies an earlier process published that were not synced since start",
+			"removed", len(gone), "kept", len(seen), "examples", dropped)
 		cctx, cancel := pb.store.op(ctx)
 		err := pb.store.cfg.Client.Set(cctx, pb.store.cfg.Prefix+"complete", strconv.FormatInt(time.Now().UnixMilli(), 10), 0).Err()
 		cancel()

@@ -1,7 +1,11 @@
 package redisstore
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -46,7 +50,9 @@ func TestPublisherAfterARestart(t *testing.T) {
 	after := fleet.New(time.Now, 0)
 	after.Upsert(fleet.Proxy{Key: "ns/a", IP: "10.0.0.1", Port: 3128, MaxLeases: 2})
 	var complete atomic.Bool
-	pub := NewPublisher(PublisherConfig{Store: s, Fleet: after, Health: staticHealth{}, Complete: complete.Load, Refresh: 10 * time.Millisecond})
+	var logged syncBuffer
+	pub := NewPublisher(PublisherConfig{Store: s, Fleet: after, Health: staticHealth{}, Complete: complete.Load, Refresh: 10 * time.Millisecond,
+		Log: slog.New(slog.NewTextHandler(&logged, nil))})
 	if err := pub.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -76,6 +82,9 @@ func TestPublisherAfterARestart(t *testing.T) {
 			t.Errorf("Run: %v", err)
 		}
 	}()
+	waitUntil(t, "removed the proxy the fleet lost, and said so", func() bool {
+		return strings.Contains(logged.String(), "removed=1 kept=2 examples=[ns/gone]")
+	})
 	waitUntil(t, "removed the proxy the fleet lost", func() bool {
 		return reader.Refresh(ctx) == nil && len(reader.List()) == 2
 	})
@@ -94,4 +103,22 @@ func TestPublisherAfterARestart(t *testing.T) {
 	if l, err := s.Acquire(ctx, lease.Request{TTL: time.Minute, Selector: map[string]string{"geo": "eu"}}); err != nil || l.Proxy.Key != "ns/c" {
 		t.Errorf("lease on the new attribute set: %+v, %v", l, err)
 	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the publisher's goroutine and the test's reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

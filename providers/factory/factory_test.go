@@ -27,7 +27,7 @@ func TestInvalidConfigs(t *testing.T) {
 		"invalid-unknown-type.yaml":       `providers config: providers[0] (east): unknown type "nimbus" (one of: mock, kubernetes, gcp, aws, hetzner)`,
 		"invalid-block-mismatch.yaml":     `providers config: providers[0] (east): has a "mock" block but type "nimbus"`,
 		"invalid-fault-kind.yaml":         `providers config: providers[0] (mock): mock.faults[0]: fault kind "flaky": want quota, transient or permanent`,
-		"invalid-duration.yaml":           `providers config: YAML line 5: providers[0] (mock): bad duration "soon": time: invalid duration "soon"`,
+		"invalid-duration.yaml":           `providers config: YAML line 5: providers[0] (mock): bad duration "soon": want a number with a unit, such as 300ms, 5s, 2m or 1h30m (time: invalid duration "soon")`,
 		"invalid-unknown-field.yaml":      `providers config: YAML line 4: providers[0] (mock): unknown field "zone"`,
 		"invalid-typo-second.yaml":        `providers config: YAML line 9: providers[1] (local): unknown field "serveProxy"`,
 		"invalid-top-level.yaml":          `providers config: YAML line 1: unknown field "provider" (the file has one field: providers)`,

@@ -59,7 +59,7 @@ func TestFactoryRejectsBadGCPEntries(t *testing.T) {
 		{"unknown field", "providers:\n  - name: gcp-eu\n    type: gcp\n    gcp:\n      project: crawl-proj-1\n      zone: europe-west1-b\n",
 			`providers config: YAML line 6: providers[0] (gcp-eu): unknown field "zone"`},
 		{"bad timeout", "providers:\n  - name: gcp-eu\n    type: gcp\n    gcp:\n      project: crawl-proj-1\n      requestTimeout: soon\n",
-			`providers config: YAML line 6: providers[0] (gcp-eu): bad duration "soon": time: invalid duration "soon"`},
+			`providers config: YAML line 6: providers[0] (gcp-eu): bad duration "soon": want a number with a unit, such as 300ms, 5s, 2m or 1h30m (time: invalid duration "soon")`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
