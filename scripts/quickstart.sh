@@ -25,7 +25,7 @@ done
 echo "   healthy after $(( $(date +%s) - start )) s"
 curl -fsS -H "$auth" "http://$DISC/v1/proxies?healthy=true" | jq -c '.proxies[] | {id, ip, port, healthy, attributes}'
 echo "== lease one for example.com (POST /v1/leases)"
-lease=$(curl -fsS -XPOST -H "$auth" "http://$DISC/v1/leases" -d '{"selector":{"demo":"true"},"ttlSeconds":300,"target":"example.com"}')
+lease=$(curl -fsS --retry 30 --retry-delay 1 --retry-all-errors -XPOST -H "$auth" "http://$DISC/v1/leases" -d '{"selector":{"demo":"true"},"ttlSeconds":300,"target":"example.com"}')
 jq -c '{leaseID, proxy: .proxy.id, ip: .proxy.ip, port: .proxy.port, expiresAt}' <<<"$lease"
 id=$(jq -r .leaseID <<<"$lease") proxyURL=$(jq -r .proxyURL <<<"$lease")
 echo "== through the proxy: $(curl -s -o /dev/null -w '%{http_code}' -x "${proxyURL#*@}" "http://$HOOK/healthz") without its credential, $(curl -s -o /dev/null -w '%{http_code}' -x "$proxyURL" "http://$HOOK/healthz") with the lease's proxyURL"

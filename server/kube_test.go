@@ -149,9 +149,12 @@ func TestOperatorWithAPIServer(t *testing.T) {
 		p, _, _ := unstructured.NestedString(obj.Object, "status", "phase")
 		return p
 	}
+	// The annotation is "<verdict>[,band=<band>]@<seq>": match the verdict word exactly.
 	annotated := func(prefix string) func(*unstructured.Unstructured) bool {
+		verdict := strings.TrimSuffix(prefix, "@")
 		return func(obj *unstructured.Unstructured) bool {
-			return strings.HasPrefix(obj.GetAnnotations()[mark.Annotation], prefix)
+			v := obj.GetAnnotations()[mark.Annotation]
+			return strings.HasPrefix(v, verdict+"@") || strings.HasPrefix(v, verdict+",")
 		}
 	}
 
