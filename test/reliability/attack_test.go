@@ -647,7 +647,9 @@ func attackBigBodies(t *testing.T, c *child, good proxyDesc, dur time.Duration) 
 func isConnClosed(err error) bool {
 	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
 		strings.Contains(err.Error(), "connection reset") || strings.Contains(err.Error(), "broken pipe") ||
-		strings.Contains(err.Error(), "server closed")
+		strings.Contains(err.Error(), "server closed") ||
+		// The client's own side, closed while it still wrote a body the server had refused.
+		errors.Is(err, net.ErrClosed) || strings.Contains(err.Error(), "use of closed network connection")
 }
 
 // attackSlowBodies: 64 connections trickle a POST body (issue: every real hook call got 429
