@@ -41,7 +41,7 @@ const (
 	DefaultMaxBodyBytes = 4 << 20
 	// DefaultMaxConns: Metacontroller runs a few workers per controller; room for several
 	// replicas of it and probes.
-	DefaultMaxConns        = 128
+	DefaultMaxConns        = 1024
 	DefaultProviderTimeout = 8 * time.Second
 	DefaultMaxInFlight     = 64
 	// DefaultBodyReadTimeout bounds reading one hook body, before a call slot is taken:

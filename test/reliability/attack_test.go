@@ -309,7 +309,16 @@ type syncAnswer struct {
 
 var client = &http.Client{Timeout: 30 * time.Second}
 
+// legitClient is the legitimate hook caller's own client, as Metacontroller has its own: it
+// shares no idle connections with the attackers, whose idle keep-alives the hook listener's
+// connection limit closes to make room (a caller reusing one at that instant reads EOF).
+var legitClient = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+
 func post(url, token string, body []byte) (int, []byte, error) {
+	return postVia(client, url, token, body)
+}
+
+func postVia(cl *http.Client, url, token string, body []byte) (int, []byte, error) {
 	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return 0, nil, err
@@ -318,7 +327,7 @@ func post(url, token string, body []byte) (int, []byte, error) {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	res, err := client.Do(req)
+	res, err := cl.Do(req)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -412,7 +421,7 @@ func (c *child) startLegit(p proxyDesc) *legit {
 			default:
 			}
 			start := time.Now()
-			code, b, err := post(c.hookURL+"/sync", "", body)
+			code, b, err := postVia(legitClient, c.hookURL+"/sync", "", body)
 			d := time.Since(start)
 			l.mu.Lock()
 			l.hook = append(l.hook, d)
