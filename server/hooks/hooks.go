@@ -23,6 +23,7 @@ import (
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/internal/events"
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
+	"github.com/proxy-operator/proxy-operator/internal/kube/parents"
 	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
 	"github.com/proxy-operator/proxy-operator/internal/netpolicy"
 	"github.com/proxy-operator/proxy-operator/providers"
@@ -87,12 +88,18 @@ type Hooks struct {
 	// Egress, when set, refuses External endpoints the egress policy denies (the Proxy fails
 	// with a condition saying why and is never probed or leased).
 	Egress *netpolicy.Policy
+	// Parents, when set, is the API server's word on the parents (internal/kube/parents): a
+	// sync or finalize body whose parent uid, deletion or spec it does not agree with is
+	// answered without acting (nil: the body is trusted, as without a Kubernetes client).
+	Parents parents.Source
 
 	once     sync.Once
 	handler  http.Handler
 	inflight chan struct{}
 	duration *prometheus.HistogramVec
 	shed     *prometheus.CounterVec
+	// disagreements counts bodies the API server did not agree with, by hook and reason.
+	disagreements *prometheus.CounterVec
 
 	// retries remembers, per Proxy, until when a failed provider call keeps the provider
 	// alone. It lives only in memory: after a restart a Proxy in backoff is tried once at
@@ -128,6 +135,10 @@ func (h *Hooks) init() {
 	if h.Pools == nil {
 		h.Pools = &poolhook.Hooks{Now: h.Now, Log: h.Log}
 	}
+	if h.Parents != nil && h.Pools.Verify == nil {
+		h.Pools.Verify = h.verifyPool
+	}
+	h.disagreements = newDisagreements()
 	if h.BodyReadTimeout <= 0 {
 		h.BodyReadTimeout = DefaultBodyReadTimeout
 	}
@@ -149,7 +160,7 @@ func (h *Hooks) init() {
 		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 	}, []string{"hook"})
 	if h.Registerer != nil {
-		h.Registerer.MustRegister(h.duration, h.shed, newPhaseCollector(h.Fleet),
+		h.Registerer.MustRegister(h.duration, h.shed, h.disagreements, newPhaseCollector(h.Fleet),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "proxy_operator_hook_memory_budget_bytes",
 				Help: "The hook body memory budget (bodies weighted by their decoding cost).",
