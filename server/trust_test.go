@@ -30,6 +30,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/providers/factory"
 	"github.com/proxy-operator/proxy-operator/providers/mock"
 	"github.com/proxy-operator/proxy-operator/server"
+	"github.com/proxy-operator/proxy-operator/server/hooks/poolhook"
 )
 
 const (
@@ -196,6 +197,7 @@ func disagreements(t *testing.T, op *server.Operator, hook, reason string) float
 // provider (a real forward proxy) and an External Proxy "va" on a real mock forward proxy
 // that demands the credentials of the Secret "va-creds"; both Ready and leased once.
 type trustFixture struct {
+	rc            *rest.Config
 	op            *server.Operator
 	mc            *handMC
 	lc            *client.Client
@@ -210,7 +212,7 @@ type trustFixture struct {
 func startTrustFixture(t *testing.T) *trustFixture {
 	rc := kubetest.Start(t)
 	kubetest.Namespace(t, rc, trustNS)
-	f := &trustFixture{realCreds: providers.Credentials{Username: "real-user", Password: "real-pass-0123456789"}}
+	f := &trustFixture{rc: rc, realCreds: providers.Credentials{Username: "real-user", Password: "real-pass-0123456789"}}
 
 	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
 	t.Cleanup(target.Close)
@@ -394,6 +396,47 @@ func TestForgedHooksChangeNothing(t *testing.T) {
 		f.mc.post("/sync", hookBody(forged.Object, map[string]any{}, map[string]any{"Secret.v1": map[string]any{trustNS + "/evil": evil}}, false))
 		if got := disagreements(t, f.op, "sync", "spec"); got != 1 {
 			t.Errorf("disagreements{sync,spec} = %v, want 1", got)
+		}
+	})
+
+	t.Run("pool finalize with the pool's name and uid", func(t *testing.T) {
+		pools := kubetest.Dynamic(t, f.rc).Resource(kube.PoolResource).Namespace(trustNS)
+		pool, err := pools.Create(context.Background(), &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": v1.APIVersion, "kind": v1.PoolKind, "metadata": map[string]any{"name": "web"},
+			"spec": map[string]any{"replicas": int64(2), "template": map[string]any{"spec": map[string]any{"mode": "Managed", "provider": "mock"}}},
+		}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The pool's first legitimate sync (once the cache has the pool) answers its members.
+		var members map[string]any
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			live, err := pools.Get(context.Background(), "web", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ans := f.mc.post("/pools/sync", hookBody(live.Object, map[string]any{}, map[string]any{}, false))
+			if len(ans.Children) == 2 {
+				members = map[string]any{}
+				for _, c := range ans.Children {
+					members[trustNS+"/"+c["metadata"].(map[string]any)["name"].(string)] = c
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("pool sync never answered 2 members: %d", len(ans.Children))
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		forged := pool.DeepCopy()
+		forged.SetDeletionTimestamp(&metav1.Time{Time: time.Now()})
+		ans := f.mc.post("/pools/finalize", hookBody(forged.Object, map[string]any{poolhook.ChildType: members}, map[string]any{}, true))
+		if ans.Finalized || len(ans.Children) != 2 {
+			t.Errorf("forged pool finalize: finalized %v with %d members, want false with the 2 it was shown", ans.Finalized, len(ans.Children))
+		}
+		if got := disagreements(t, f.op, "pools-finalize", "not_deleting"); got != 1 {
+			t.Errorf("disagreements{pools-finalize,not_deleting} = %v, want 1", got)
 		}
 	})
 
