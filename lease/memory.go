@@ -132,6 +132,8 @@ type Memory struct {
 	// byHolder is the live leases per holder and namespace ("holder\x00ns"), kept only with
 	// MaxLeasesPerHolder.
 	byHolder map[string]map[*held]struct{}
+	// deniedRecords counts the record versions Admit refused.
+	deniedRecords uint64
 	// byTarget is the live lease per (target, proxy): at most one, see check. Its expiry is
 	// when a 409 for that target says the proxy frees up.
 	byTarget map[coolKey]*held
@@ -760,6 +762,14 @@ func (m *Memory) unbind(s *session) {
 	}
 }
 
+// DeniedRecords is how many proxy record versions Config.Admit refused (the egress policy):
+// never leased.
+func (m *Memory) DeniedRecords() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.deniedRecords
+}
+
 // CooldownCount is the number of remembered cooldowns (an optional capability of a Store,
 // read by the discovery metrics).
 func (m *Memory) CooldownCount() int {
@@ -801,6 +811,9 @@ func (m *Memory) syncLocked(now time.Time) {
 		}
 		e.p = p
 		e.denied = m.cfg.Admit != nil && m.cfg.Admit(p) != nil
+		if e.denied {
+			m.deniedRecords++
+		}
 		h := m.cfg.Health.Health(p.Key)
 		e.healthy, e.latency, e.rank = !e.denied && Leasable(p, h), h.LatencyMillis, m.rank(h)
 		m.attach(e)

@@ -112,14 +112,17 @@ func admitWith(policy *netpolicy.Policy) func(fleet.Proxy) error {
 func (b *redisBackend) close() { _ = b.client.Close() }
 
 // register exports the store's own counters on reg.
-func (b *redisBackend) register(reg prometheus.Registerer) {
+func (b *redisBackend) register(reg prometheus.Registerer) { registerDenied(reg, b.store) }
+
+// registerDenied exports how many proxy records the egress policy denied at lease time.
+func registerDenied(reg prometheus.Registerer, s interface{ DeniedRecords() uint64 }) {
 	if reg == nil {
 		return
 	}
 	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "proxy_operator_lease_records_denied_total",
-		Help: "Proxy records read from the Redis lease store that this process's egress policy denied at lease time (never handed out).",
-	}, func() float64 { return float64(b.store.DeniedRecords()) }))
+		Help: "Proxy records the egress policy denied at lease time, never handed out (Redis store: grants given back; in memory: record versions).",
+	}, func() float64 { return float64(s.DeniedRecords()) }))
 }
 
 // redisLog routes the Redis client's own messages (dial failures while Redis is out) into the

@@ -327,6 +327,7 @@ func (o *Operator) buildLeases(disc *discovery.Discovery, egress *netpolicy.Poli
 			Admit:               admitWith(egress),
 		})
 		o.store = o.memory
+		registerDenied(disc.Registerer, o.memory)
 	} else {
 		// Discovery reads what the operator published, like every replica: after a restart it
 		// serves from Redis at once instead of waiting for the view to refill.
