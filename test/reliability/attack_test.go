@@ -548,6 +548,11 @@ func TestHostileInput(t *testing.T) {
 	t.Run("ssrf endpoints", func(t *testing.T) { attackSSRF(t, c, good) })
 	t.Run("discovery scopes", func(t *testing.T) { attackScopes(t, c, good) })
 	t.Run("malformed queries", func(t *testing.T) { attackMalformedQuery(t, c) })
+	t.Run("pool lowMax", func(t *testing.T) { attackPoolLowMax(t, c, good, dur) })
+	t.Run("shapes", func(t *testing.T) { attackShapes(t, c, good, dur) })
+	t.Run("attribute bloat", func(t *testing.T) { attackAttributeBloat(t, c, good, dur) })
+	t.Run("connection flood", func(t *testing.T) { attackConnFlood(t, c, good) })
+	t.Run("quota starvation", func(t *testing.T) { attackQuotaStarvation(t, c, good) })
 	t.Logf("operator peak RSS over the whole suite (VmHWM): %.1f MiB", float64(procStatus(c.cmd.Process.Pid, "VmHWM"))/(1<<20))
 }
 
