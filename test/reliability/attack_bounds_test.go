@@ -209,10 +209,19 @@ func attackConnFlood(t *testing.T, c *child, good proxyDesc) {
 }
 
 // attackQuotaStarvation: team-a filled the store-wide cooldown table; team-b's banned report
-// was then refused (429) and its next lease for that site landed on the banned proxy.
+// was then refused (429) and its next lease for that site landed on the banned proxy. Each
+// proxy remembers at most 1024 cooldowns and each namespace 8192, so team-a fills its share
+// through nine proxies of its own.
 func attackQuotaStarvation(t *testing.T, c *child, good proxyDesc) {
-	other := proxyDesc{ns: "team-b", name: "victim", uid: "uid-victim", spec: attackMockSpec(c.hookPort, "victim")}
+	other := proxyDesc{ns: "team-b", name: "victim", uid: "uid-victim-b", spec: attackMockSpec(c.hookPort, "victim-b")}
 	c.syncUntil(t, &other, "Ready", func(a syncAnswer) bool { return a.Status.Phase == "Ready" })
+	// team-a's own proxies: the legitimate crawler keeps the legit one's leases busy.
+	const starvers = 9
+	for i := range starvers {
+		p := proxyDesc{ns: "team-a", name: fmt.Sprintf("starver-%d", i), uid: fmt.Sprintf("uid-starver-%d", i),
+			spec: attackMockSpec(c.hookPort, fmt.Sprintf("starver-%d", i))}
+		c.syncUntil(t, &p, "Ready", func(a syncAnswer) bool { return a.Status.Phase == "Ready" })
+	}
 	c.resetPeak()
 	l := c.startLegit(good)
 	leaseOn := func(token, geo string) string {
@@ -226,29 +235,43 @@ func attackQuotaStarvation(t *testing.T, c *child, good proxyDesc) {
 		_ = json.Unmarshal(b, &lj)
 		return lj.LeaseID
 	}
-	a := leaseOn(teamAToken, "legit")
-	refused := -1
-	for i := 0; refused < 0 && i < 20000; i++ {
-		code, b, err := post(c.discURL+"/v1/leases/"+a+"/report", teamAToken, fmt.Appendf(nil, `{"result":"rate_limited","target":"q%d.example"}`, i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if code == http.StatusTooManyRequests {
-			refused = i
-			t.Logf("ATTACK %-22s team-a refused after %d reports: %.120s", "quota starvation", i, b)
+	var a string
+	sent, share := 0, false
+	for p := 0; p < starvers && !share; p++ {
+		a = leaseOn(teamAToken, fmt.Sprintf("starver-%d", p))
+		for i := 0; i <= 1024; i++ {
+			code, b, err := post(c.discURL+"/v1/leases/"+a+"/report", teamAToken, fmt.Appendf(nil, `{"result":"rate_limited","target":"q%d-%d.example"}`, p, i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			sent++
+			if code == http.StatusTooManyRequests {
+				if share = strings.Contains(string(b), "its share"); share {
+					t.Logf("ATTACK %-22s team-a at its share after %d reports: %.160s", "quota starvation", sent, b)
+				}
+				break
+			}
+			if code != http.StatusOK {
+				t.Fatalf("team-a report %d: %d %s", sent, code, b)
+			}
 		}
 	}
-	if refused < 0 {
-		t.Fatalf("team-a was never refused")
+	if !share {
+		t.Fatalf("team-a sent %d rate_limited reports through %d proxies and never reached its namespace's share", sent, starvers)
 	}
-	b := leaseOn(adminToken, "victim")
+	b := leaseOn(adminToken, "victim-b")
 	for _, r := range []string{"banned", "rate_limited"} {
 		code, body, err := post(c.discURL+"/v1/leases/"+b+"/report", adminToken, []byte(`{"result":"`+r+`","target":"site-`+r+`.example"}`))
 		if err != nil || code != http.StatusOK {
 			t.Errorf("team-b %s report beside team-a at its share: %d %v %s", r, code, err, body)
 		}
 	}
-	code, body, err := post(c.discURL+"/v1/leases/"+a+"/report", teamAToken, []byte(`{"result":"banned","target":"banned-at-quota.example"}`))
+	// team-b's next lease for the banned site must not land on the banned proxy (its only one).
+	code, body, err := post(c.discURL+"/v1/leases", adminToken, []byte(`{"selector":{"geo":"victim-b"},"target":"site-banned.example","ttlSeconds":60}`))
+	if err != nil || code != http.StatusConflict {
+		t.Errorf("team-b lease for the site it reported banned: %d %v %s, want 409 (cooling)", code, err, body)
+	}
+	code, body, err = post(c.discURL+"/v1/leases/"+a+"/report", teamAToken, []byte(`{"result":"banned","target":"banned-at-quota.example"}`))
 	if err != nil || code != http.StatusOK {
 		t.Errorf("team-a banned report at its share: %d %v %s, want it recorded", code, err, body)
 	}
