@@ -553,6 +553,8 @@ func TestHostileInput(t *testing.T) {
 	t.Run("attribute bloat", func(t *testing.T) { attackAttributeBloat(t, c, good, dur) })
 	t.Run("connection flood", func(t *testing.T) { attackConnFlood(t, c, good) })
 	t.Run("quota starvation", func(t *testing.T) { attackQuotaStarvation(t, c, good) })
+	t.Run("relay to own listeners", func(t *testing.T) { attackRelayToOwnListeners(t, c) })
+	t.Run("lease flood", func(t *testing.T) { attackLeaseFlood(t, c, good, dur) })
 	t.Logf("operator peak RSS over the whole suite (VmHWM): %.1f MiB", float64(procStatus(c.cmd.Process.Pid, "VmHWM"))/(1<<20))
 }
 
