@@ -39,7 +39,7 @@ func attackPoolLowMax(t *testing.T, c *child, good proxyDesc, dur time.Duration)
 	var cs codes
 	deadline := time.Now().Add(dur)
 	for time.Now().Before(deadline) {
-		code, b, err := post(c.hookURL+"/pools/sync", "", body)
+		code, b, err := c.hookPost("/pools/sync", body)
 		if err != nil {
 			t.Fatalf("pool sync: %v", err)
 		}
@@ -107,7 +107,7 @@ func attackShapes(t *testing.T, c *child, good proxyDesc, dur time.Duration) {
 				path, body = "/sync", attrs
 			}
 			for time.Now().Before(deadline) {
-				code, _, err := post(c.hookURL+path, "", body)
+				code, _, err := c.hookPost(path, body)
 				if err != nil {
 					if isConnClosed(err) {
 						continue
@@ -135,7 +135,7 @@ func attackAttributeBloat(t *testing.T, c *child, good proxyDesc, dur time.Durat
 		p := proxyDesc{ns: "team-a", name: fmt.Sprintf("bloat-%d", i), uid: fmt.Sprintf("uid-bloat-%d", i),
 			spec: map[string]any{"mode": "External", "endpoint": map[string]any{"host": "192.0.2.1", "port": 3128},
 				"attributes": map[string]any{"geo": "bloat", "a": big, "b": big, "c": big}}}
-		code, _, err := post(c.hookURL+"/sync", "", p.body(false, nil))
+		code, _, err := c.hookPost("/sync", p.body(false, nil))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -181,12 +181,18 @@ func attackConnFlood(t *testing.T, c *child, good proxyDesc) {
 	}()
 	served, cut := 0, 0
 	for i := range 6000 {
-		addr := strings.TrimPrefix(c.discURL, "http://")
+		var cn net.Conn
+		var err error
 		if i%4 == 0 {
-			addr = strings.TrimPrefix(c.hookURL, "http://")
+			cn, err = c.dialHook()
+		} else {
+			cn, err = net.Dial("tcp", strings.TrimPrefix(c.discURL, "http://"))
 		}
-		cn, err := net.Dial("tcp", addr)
 		if err != nil {
+			if isConnClosed(err) {
+				cut++ // the listener, at its limit, closed this one during the TLS handshake
+				continue
+			}
 			t.Fatalf("dial %d: %v", i, err)
 		}
 		conns = append(conns, cn)
@@ -213,13 +219,13 @@ func attackConnFlood(t *testing.T, c *child, good proxyDesc) {
 // proxy remembers at most 1024 cooldowns and each namespace 8192, so team-a fills its share
 // through nine proxies of its own.
 func attackQuotaStarvation(t *testing.T, c *child, good proxyDesc) {
-	other := proxyDesc{ns: "team-b", name: "victim", uid: "uid-victim-b", spec: attackMockSpec(c.hookPort, "victim-b")}
+	other := proxyDesc{ns: "team-b", name: "victim", uid: "uid-victim-b", spec: attackMockSpec(c.probeURL, "victim-b")}
 	c.syncUntil(t, &other, "Ready", func(a syncAnswer) bool { return a.Status.Phase == "Ready" })
 	// team-a's own proxies: the legitimate crawler keeps the legit one's leases busy.
 	const starvers = 9
 	for i := range starvers {
 		p := proxyDesc{ns: "team-a", name: fmt.Sprintf("starver-%d", i), uid: fmt.Sprintf("uid-starver-%d", i),
-			spec: attackMockSpec(c.hookPort, fmt.Sprintf("starver-%d", i))}
+			spec: attackMockSpec(c.probeURL, fmt.Sprintf("starver-%d", i))}
 		c.syncUntil(t, &p, "Ready", func(a syncAnswer) bool { return a.Status.Phase == "Ready" })
 	}
 	c.resetPeak()

@@ -17,11 +17,11 @@ import (
 func attackLeaseFlood(t *testing.T, c *child, good proxyDesc, dur time.Duration) {
 	const proxies = 20
 	for i := range proxies {
-		spec := attackMockSpec(c.hookPort, "flood")
+		spec := attackMockSpec(c.probeURL, "flood")
 		spec["maxLeases"] = 1000
 		p := proxyDesc{ns: "team-a", name: fmt.Sprintf("flood-%d", i), uid: fmt.Sprintf("uid-flood-%d", i), spec: spec}
 		c.syncUntil(t, &p, "Ready", func(a syncAnswer) bool { return a.Status.Phase == "Ready" })
-		over := attackMockSpec(c.hookPort, "flood")
+		over := attackMockSpec(c.probeURL, "flood")
 		over["maxLeases"] = 10000
 		q := proxyDesc{ns: "team-a", name: fmt.Sprintf("flood-over-%d", i), uid: fmt.Sprintf("uid-flood-over-%d", i), spec: over}
 		if a := c.syncUntil(t, &q, "answered", func(syncAnswer) bool { return true }); a.Status.Phase != "Failed" {

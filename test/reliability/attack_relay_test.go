@@ -39,7 +39,7 @@ func attackRelayToOwnListeners(t *testing.T, c *child) {
 			}()
 		}
 	}()
-	p := proxyDesc{ns: "team-a", name: "relay", uid: "uid-relay", spec: attackMockSpec(c.hookPort, "relay")}
+	p := proxyDesc{ns: "team-a", name: "relay", uid: "uid-relay", spec: attackMockSpec(c.probeURL, "relay")}
 	c.syncUntil(t, &p, "Ready", func(a syncAnswer) bool { return a.Status.Phase == "Ready" })
 	code, b, err := post(c.discURL+"/v1/leases", teamAToken, []byte(`{"selector":{"geo":"relay"},"ttlSeconds":60}`))
 	if err != nil || code != http.StatusOK {
@@ -92,7 +92,7 @@ func attackRelayToOwnListeners(t *testing.T, c *child) {
 		res.Body.Close()
 		return res.StatusCode, ""
 	}
-	hook := strings.TrimPrefix(c.hookURL, "http://")
+	hook := fmt.Sprintf("127.0.0.1:%d", c.hookPort)
 	disc := strings.TrimPrefix(c.discURL, "http://")
 	hookPort := hook[strings.LastIndex(hook, ":"):]
 	for _, dest := range []string{hook, disc, "[::ffff:127.0.0.1]" + hookPort} {
