@@ -122,9 +122,12 @@ func TestReportMovesTheBand(t *testing.T) {
 		}
 	})
 	waitHealth(t, s, "ns/a", lifecycle.HealthHealthy)
-	// Probed every 2 s, a probe counts a fifteenth of one every 30 s: a few probes leave the
-	// prior's Fair, not enough for Good.
+	// Probed every 2 s, a probe counts a fifteenth of one every 30 s; the prior sits on the
+	// Good line, so the first good probe after the proxy turned Healthy makes it Good.
 	waitUntil(t, "a band", func() bool { return s.Health("ns/a").Band != "" })
+	if b := s.Health("ns/a").Band; b != v1.BandGood {
+		t.Fatalf("band after good probes: %s, want Good", b)
+	}
 	for range 30 {
 		s.Report("ns/a", OutcomeBanned, time.Now())
 	}
