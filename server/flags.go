@@ -14,6 +14,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/health/mark"
 	"github.com/proxy-operator/proxy-operator/internal/kube"
 	"github.com/proxy-operator/proxy-operator/internal/netpolicy"
+	"github.com/proxy-operator/proxy-operator/server/hooks/hookauth"
 )
 
 // This file binds every flag to the field of the config struct it sets, once: the operator
@@ -66,6 +67,13 @@ func (h *HooksConfig) bindFlags(fs *flag.FlagSet) {
 	fs.Int64Var(&h.MaxBodyBytes, "max-hook-body-bytes", h.MaxBodyBytes, "largest hook request body accepted (413 beyond)")
 	fs.Var((*bytesValue)(&h.MemoryLimit), "hook-memory-limit", "memory limit the hook body budget is sized from, a quarter of it (e.g. 256Mi; default: GOMEMLIMIT, else the cgroup's memory.max, else 1Gi)")
 	fs.DurationVar(&h.BodyReadTimeout, "hook-body-read-timeout", h.BodyReadTimeout, "time allowed to receive one hook request body (408 beyond)")
+	fs.StringVar(&h.SecretsNamespace, "hooks-secrets-namespace", h.SecretsNamespace, "namespace where the operator keeps the hooks' TLS certificate and bearer token in the Secrets "+
+		hookauth.TLSSecret+" and "+hookauth.TokenSecret+", creating each that is absent (the shipped install: its own namespace); needs a Kubernetes client")
+	fs.StringVar(&h.Service, "hooks-service", hookauth.DefaultService, "name of the hook Service whose DNS names (NAME.NAMESPACE.svc...) a certificate generated for -hooks-secrets-namespace carries")
+	fs.StringVar(&h.TLSCertFile, "hooks-tls-cert", h.TLSCertFile, "PEM certificate (chain) the hooks serve TLS with, e.g. from cert-manager (with -hooks-tls-key and -hooks-token-file)")
+	fs.StringVar(&h.TLSKeyFile, "hooks-tls-key", h.TLSKeyFile, "PEM private key of -hooks-tls-cert")
+	fs.StringVar(&h.TokenFile, "hooks-token-file", h.TokenFile, "file holding the bearer token every hook call must carry (Metacontroller's authorization.secretRef; at least 16 characters)")
+	fs.BoolVar(&h.Insecure, "hooks-insecure", h.Insecure, "serve the hooks over plain HTTP without a token (make run and the quickstart; only on a trusted address such as 127.0.0.1)")
 }
 
 func (c *CaptureConfig) bindFlags(fs *flag.FlagSet) {

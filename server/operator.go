@@ -36,6 +36,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/server/discovery/access"
 	"github.com/proxy-operator/proxy-operator/server/gateway"
 	"github.com/proxy-operator/proxy-operator/server/hooks"
+	"github.com/proxy-operator/proxy-operator/server/hooks/hookauth"
 	"github.com/proxy-operator/proxy-operator/server/hooks/membudget"
 	"github.com/proxy-operator/proxy-operator/server/hooks/poolhook"
 	"github.com/proxy-operator/proxy-operator/server/replay"
@@ -66,6 +67,8 @@ type Operator struct {
 	geo              *geoip.Resolver
 	gwSrv            *http.Server // nil without -gateway-addr
 	gwLn             net.Listener
+	// hookCreds are the hook listener's TLS certificate and token (nil: plain HTTP, no token).
+	hookCreds *hookauth.Credentials
 }
 
 // Run builds the operator from c (New) and serves it until ctx ends (Operator.Run).
@@ -112,6 +115,9 @@ func New(cfg Config) (_ *Operator, err error) {
 		return nil, err
 	}
 	if err := o.connect(); err != nil {
+		return nil, err
+	}
+	if err := o.loadHookCredentials(); err != nil {
 		return nil, err
 	}
 	if err := o.checkDemo(); err != nil {
@@ -287,6 +293,9 @@ func (o *Operator) buildHooks(reg prometheus.Registerer, egress *netpolicy.Polic
 		BodyReadTimeout: cfg.Hooks.BodyReadTimeout,
 		Egress:          egress,
 	}
+	if o.hookCreds != nil {
+		h.Token, h.TLS = o.hookCreds.Token, o.hookCreds.TLSConfig()
+	}
 	memLimit, memSource := membudget.Limit(cfg.Hooks.MemoryLimit)
 	h.Budget = membudget.ForLimit(memLimit, 0, 0, cfg.Hooks.MaxBodyBytes)
 	log.Info("hook memory budget", "bytes", h.Budget.Size(), "memoryLimit", memLimit, "from", memSource)
@@ -397,6 +406,38 @@ func (o *Operator) buildServers(h *hooks.Hooks, disc *discovery.Discovery, token
 		}
 		o.gwSrv, o.gwLn = gw.Server(), gw.Listener(o.gwLn)
 	}
+	return nil
+}
+
+// hookCredentialsTimeout bounds reading (or creating) the hook credential Secrets at start.
+const hookCredentialsTimeout = time.Minute
+
+// loadHookCredentials finds the hook listener's TLS certificate and token: given, from files,
+// or from the Secrets of -hooks-secrets-namespace (created when absent). Without any, the hooks
+// serve plain HTTP without a token, and say so.
+func (o *Operator) loadHookCredentials() (err error) {
+	h := o.cfg.Hooks
+	switch {
+	case h.Credentials != nil:
+		o.hookCreds = h.Credentials
+	case h.TLSCertFile != "":
+		o.hookCreds, err = hookauth.LoadFiles(h.TLSCertFile, h.TLSKeyFile, h.TokenFile)
+	case h.SecretsNamespace != "":
+		if o.kube == nil {
+			return fmt.Errorf("-hooks-secrets-namespace %s needs a Kubernetes client (-kubeconfig, KUBECONFIG or the in-cluster service account)", h.SecretsNamespace)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), hookCredentialsTimeout)
+		defer cancel()
+		o.hookCreds, err = hookauth.EnsureSecrets(ctx, hookauth.SecretsConfig{Core: o.kube.Core, Dynamic: o.kube.Dynamic,
+			Namespace: h.SecretsNamespace, Service: h.Service, Log: o.log.With("component", "hookauth")})
+	default:
+		o.log.Warn("hooks served over plain HTTP without a token: anyone who reaches the hook address controls the fleet (-hooks-insecure)", "addr", o.HookAddr())
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	o.log.Info("hooks served over TLS; every call but GET /healthz, /readyz and /metrics needs the bearer token")
 	return nil
 }
 
@@ -531,7 +572,13 @@ func (o *Operator) Run(ctx context.Context) error {
 	}
 	// Room for every server's and loop's error, so none blocks after the first is taken.
 	errc := make(chan error, 3+len(background))
-	go func() { errc <- fmt.Errorf("hook server: %w", o.hookSrv.Serve(o.hookLn)) }()
+	go func() {
+		if o.hookCreds != nil {
+			errc <- fmt.Errorf("hook server: %w", o.hookSrv.ServeTLS(o.hookLn, "", ""))
+			return
+		}
+		errc <- fmt.Errorf("hook server: %w", o.hookSrv.Serve(o.hookLn))
+	}()
 	go func() { errc <- fmt.Errorf("discovery server: %w", o.discSrv.Serve(o.discLn)) }()
 	if o.echoSrv != nil {
 		log.Info("echo listening", "addr", o.EchoAddr())

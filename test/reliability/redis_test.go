@@ -150,7 +150,7 @@ func buildOperator(t *testing.T) string {
 func startOperator(t *testing.T, bin string, args ...string) *operatorProcess {
 	t.Helper()
 	cmd := exec.Command(bin, append([]string{"-hook-addr", "127.0.0.1:0", "-discovery-addr", "127.0.0.1:0",
-		"-log-format", "json", "-gc-interval", "0", "-discovery-insecure", "-allow-loopback-proxies"}, args...)...)
+		"-log-format", "json", "-gc-interval", "0", "-discovery-insecure", "-hooks-insecure", "-allow-loopback-proxies"}, args...)...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
