@@ -197,6 +197,9 @@ type LeaseConfig struct {
 	// (redisstore.Config.WaitReplicas).
 	CAFile, CertFile, KeyFile string
 	WaitReplicas              int
+	// MaxPerToken bounds the live leases one discovery token holds in one namespace, when
+	// more than one token is configured (decision 0201); 0: no bound.
+	MaxPerToken int
 	// Observe, when set, sees every change of the lease store under its lock (tests; the
 	// in-memory store only).
 	Observe func(lease.Event)
@@ -292,7 +295,8 @@ func Defaults() Config {
 
 // DefaultLease is the lease policy the flags show when none is given.
 func DefaultLease() LeaseConfig {
-	return LeaseConfig{MaxTTL: discovery.DefaultMaxLeaseTTL, Cooldown: 15 * time.Minute, BanCooldown: time.Hour, MaxCooldown: 24 * time.Hour}
+	return LeaseConfig{MaxTTL: discovery.DefaultMaxLeaseTTL, Cooldown: 15 * time.Minute, BanCooldown: time.Hour, MaxCooldown: 24 * time.Hour,
+		MaxPerToken: lease.DefaultMaxLeasesPerHolder}
 }
 
 // orDuration sets *v to def when it is zero.
@@ -369,6 +373,9 @@ func (c Config) Validate() error {
 func (l LeaseConfig) Validate() error {
 	if l.MaxTTL <= 0 || l.Cooldown <= 0 || l.BanCooldown <= 0 || l.MaxCooldown < l.BanCooldown || l.MaxCooldown < l.Cooldown {
 		return fmt.Errorf("-lease-max-ttl and the cooldowns must be positive, -lease-max-cooldown at least each cooldown")
+	}
+	if l.MaxPerToken < 0 {
+		return fmt.Errorf("-lease-max-per-token %d is negative (0: no bound)", l.MaxPerToken)
 	}
 	return nil
 }

@@ -23,7 +23,11 @@ import (
 type DiscoveryConfig struct {
 	Discovery DiscoveryAPIConfig
 	// Lease.Store is required (the Redis the operator fills).
-	Lease         LeaseConfig
+	Lease LeaseConfig
+	// Egress is the policy every record read from Redis is checked against before it is
+	// leased (the operator's flags of the same names; mock providers' loopback exception
+	// needs -allow-loopback-proxies here).
+	Egress        EgressConfig
 	ShutdownGrace time.Duration
 	Log           *slog.Logger
 }
@@ -88,21 +92,27 @@ func NewDiscovery(cfg DiscoveryConfig) (*Discovery, error) {
 	if err != nil {
 		return nil, err
 	}
-	b, err := newRedisBackend(cfg.Lease, log)
+	ln, err := net.Listen("tcp", cfg.Discovery.Addr)
 	if err != nil {
+		return nil, fmt.Errorf("discovery listener: %w", err)
+	}
+	admit, err := admitBy(cfg.Egress, nil, []string{cfg.Discovery.Addr, ln.Addr().String()})
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	b, err := newRedisBackend(cfg.Lease, admit, log)
+	if err != nil {
+		ln.Close()
 		return nil, err
 	}
 	// The replica's own metrics (its requests, latencies, refusals), served beside the API on
 	// its listener at /metrics, outside /v1 and its token, as the operator's hook listener does.
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	b.register(reg)
 	disc := &discovery.Discovery{Fleet: b.reader, Health: b.reader, Leases: b.store, Tokens: tokens, Insecure: cfg.Discovery.Insecure,
 		Log: log.With("component", "discovery"), Registerer: reg, MaxTTL: cfg.Lease.MaxTTL}
-	ln, err := net.Listen("tcp", cfg.Discovery.Addr)
-	if err != nil {
-		b.close()
-		return nil, fmt.Errorf("discovery listener: %w", err)
-	}
 	srv := disc.Server("")
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))

@@ -47,6 +47,7 @@ func (c *GatewayConfig) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.TokenFile, "discovery-token-file", c.TokenFile, "file of discovery API tokens, the proxy passwords: one per line, or scoped YAML (wins over DISCOVERY_TOKEN); without a token the process does not start")
 	fs.BoolVar(&c.Insecure, "discovery-insecure", c.Insecure, "serve the gateway without a token (only on a trusted address such as 127.0.0.1)")
 	c.Lease.bindFlags(fs, " (required)")
+	c.Egress.bindFlags(fs)
 	bindShutdownGrace(fs, &c.ShutdownGrace)
 }
 
@@ -54,6 +55,7 @@ func (c *GatewayConfig) BindFlags(fs *flag.FlagSet) {
 func (c *DiscoveryConfig) BindFlags(fs *flag.FlagSet) {
 	c.Discovery.bindFlags(fs)
 	c.Lease.bindFlags(fs, " (required)")
+	c.Egress.bindFlags(fs)
 	bindShutdownGrace(fs, &c.ShutdownGrace)
 }
 
@@ -106,6 +108,7 @@ func (l *LeaseConfig) bindFlags(fs *flag.FlagSet, storeNote string) {
 	fs.StringVar(&l.CertFile, "lease-store-cert-file", l.CertFile, "client certificate for a rediss lease store that asks for one (with -lease-store-key-file)")
 	fs.StringVar(&l.KeyFile, "lease-store-key-file", l.KeyFile, "private key of -lease-store-cert-file")
 	fs.IntVar(&l.WaitReplicas, "lease-store-wait-replicas", l.WaitReplicas, "replicas that must confirm every lease change (Redis WAIT) before it is answered, so a Sentinel failover loses no acknowledged grant; 0: do not wait")
+	fs.IntVar(&l.MaxPerToken, "lease-max-per-token", l.MaxPerToken, "most live leases one discovery token holds in one namespace, when more than one token is configured (beyond: 429); 0: no bound")
 	fs.StringVar(&l.StorePrefix, "lease-store-prefix", l.StorePrefix, "prefix of every Redis key of the lease store (empty: \"{proxy-operator}:\"); give each operator sharing one Redis database its own, with its discovery replicas using the same; keep a {hash tag} for Redis Cluster")
 }
 

@@ -32,7 +32,10 @@ type GatewayConfig struct {
 	TokenFile string
 	Insecure  bool
 	// Lease.Store is required (the Redis the operator fills).
-	Lease         LeaseConfig
+	Lease LeaseConfig
+	// Egress is the policy every record read from Redis is checked against before the
+	// gateway leases it (as DiscoveryConfig.Egress).
+	Egress        EgressConfig
 	ShutdownGrace time.Duration
 	Log           *slog.Logger
 }
@@ -109,11 +112,16 @@ func NewGateway(cfg GatewayConfig) (_ *Gateway, err error) {
 			g.close()
 		}
 	}()
-	if g.backend, err = newRedisBackend(cfg.Lease, log); err != nil {
+	admit, err := admitBy(cfg.Egress, nil, []string{cfg.Gateway.Addr, cfg.MetricsAddr})
+	if err != nil {
+		return nil, err
+	}
+	if g.backend, err = newRedisBackend(cfg.Lease, admit, log); err != nil {
 		return nil, err
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	g.backend.register(reg)
 	gw := &gateway.Gateway{Leases: g.backend.store, Fleet: g.backend.reader, Tokens: tokens, Insecure: cfg.Insecure,
 		Log: log.With("component", "gateway"), Registerer: reg}
 	if err := cfg.Gateway.Apply(gw); err != nil {

@@ -19,7 +19,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"k8s.io/client-go/dynamic"
 
-	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/health"
 	"github.com/proxy-operator/proxy-operator/health/geoip"
 	"github.com/proxy-operator/proxy-operator/health/mark"
@@ -333,18 +332,19 @@ func (o *Operator) buildLeases(disc *discovery.Discovery, egress *netpolicy.Poli
 			MaxCooldown:         cfg.Lease.MaxCooldown,
 			Observe:             cfg.Lease.Observe,
 			PreferBand:          !cfg.Quality.IgnoreBand,
-			Admit: func(p fleet.Proxy) error {
-				return egress.CheckHost(p.IP, uint16(p.Port), netpolicy.Dest{External: p.Mode == v1.ModeExternal, Provider: p.Provider})
-			},
+			MaxLeasesPerHolder:  cfg.Lease.MaxPerToken,
+			Admit:               admitWith(egress),
 		})
 		o.store = o.memory
+		registerDenied(disc.Registerer, o.memory)
 	} else {
 		// Discovery reads what the operator published, like every replica: after a restart it
 		// serves from Redis at once instead of waiting for the view to refill.
-		if o.redis, err = newRedisBackend(cfg.Lease, o.log); err != nil {
+		if o.redis, err = newRedisBackend(cfg.Lease, admitWith(egress), o.log); err != nil {
 			return err
 		}
-		o.redis.publisher(o.fleet, o.sched, o.log)
+		o.redis.publisher(o.fleet, o.sched, !cfg.Quality.IgnoreBand, o.log)
+		o.redis.register(disc.Registerer)
 		o.store = o.redis.store
 		disc.Fleet, disc.Health = o.redis.reader, o.redis.reader
 	}
