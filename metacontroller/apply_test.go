@@ -347,6 +347,9 @@ func testRBAC(ctx context.Context, t *testing.T, c *cluster) {
 		{crawl, "proxies", "", "list", true, "", ""},
 		{crawl, "proxies", "", "watch", true, "", ""},
 		{crawl, "proxies", "", "patch", true, "", ""},
+		// The hooks check bodies against an informer cache of Proxies and ProxyPools.
+		{crawl, "proxypools", "", "list", true, "", ""},
+		{crawl, "proxypools", "", "watch", true, "", ""},
 		// Events on Proxies, through either Events API.
 		{"", "events", "", "create", true, "", ""},
 		{"", "events", "", "patch", true, "", ""},
@@ -360,6 +363,10 @@ func testRBAC(ctx context.Context, t *testing.T, c *cluster) {
 		{crawl, "proxies", "", "deletecollection", false, "", ""},
 		{crawl, "proxies", "status", "patch", false, "", ""},
 		{crawl, "proxies", "status", "update", false, "", ""},
+		{crawl, "proxypools", "", "get", false, "", ""},
+		{crawl, "proxypools", "", "patch", false, "", ""},
+		{crawl, "proxypools", "", "delete", false, "", ""},
+		{crawl, "proxypools", "status", "update", false, "", ""},
 		{"", "events", "", "delete", false, "", ""},
 		{"", "events", "", "update", false, "", ""},
 		{"events.k8s.io", "events", "", "delete", false, "", ""},
