@@ -143,7 +143,7 @@ for i = FIRST, #ARGV do
   local b = ARGV[i]
   local members = redis.call('SCARD', P .. 'bm:' .. b)
   matching = matching + members
-  if capped(redis.call('HGET', P .. 'bns', b) or '') then
+  if maxheld > 0 and capped(redis.call('HGET', P .. 'bns', b) or '') then
     -- The holder's share of this namespace is taken: its proxies are others' to lease.
     held_out = held_out + members
   else
