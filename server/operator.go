@@ -26,6 +26,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
 	"github.com/proxy-operator/proxy-operator/internal/gc"
 	"github.com/proxy-operator/proxy-operator/internal/kube"
+	"github.com/proxy-operator/proxy-operator/internal/kube/parents"
 	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
 	"github.com/proxy-operator/proxy-operator/internal/netpolicy"
 	"github.com/proxy-operator/proxy-operator/lease"
@@ -56,6 +57,7 @@ type Operator struct {
 	redis     *redisBackend // the store's Redis side when -lease-store is set
 	collector *gc.Collector
 	kube      *kube.Clients
+	parents   *parents.Cache // the API server's view of hook parents; nil without a client
 	marker    *mark.Marker
 	events    *events.Recorder
 
@@ -275,9 +277,9 @@ func (o *Operator) buildHealth(reg prometheus.Registerer, egress *netpolicy.Poli
 	return nil
 }
 
-// buildHooks builds the Metacontroller hooks with their memory budget and, with -capture-dir,
-// the recorder of every call.
-func (o *Operator) buildHooks(reg prometheus.Registerer, egress *netpolicy.Policy) (*hooks.Hooks, error) {
+// buildHooks builds the Metacontroller hooks with their memory budget, with a cluster the API
+// server cache they check bodies against and, with -capture-dir, the recorder of every call.
+func (o *Operator) buildHooks(reg prometheus.Registerer, egress *netpolicy.Policy) (_ *hooks.Hooks, err error) {
 	cfg, log := o.cfg, o.log
 	h := &hooks.Hooks{
 		Providers:       o.providers,
@@ -300,6 +302,14 @@ func (o *Operator) buildHooks(reg prometheus.Registerer, egress *netpolicy.Polic
 	log.Info("hook memory budget", "bytes", h.Budget.Size(), "memoryLimit", memLimit, "from", memSource)
 	if o.events != nil {
 		h.Events = o.events
+	}
+	if o.kube != nil && o.kube.Dynamic != nil {
+		if o.parents, err = parents.New(o.kube.Dynamic, log.With("component", "parents")); err != nil {
+			return nil, err
+		}
+		h.Parents = o.parents
+	} else {
+		log.Warn("no Kubernetes client: hook bodies are trusted as sent (no API server check of uid, deletion or spec before a delete or an endpoint change)")
 	}
 	if cfg.Capture.Dir != "" {
 		rec, err := replay.NewRecorder(cfg.Capture.Dir, log)
@@ -566,6 +576,9 @@ func (o *Operator) Run(ctx context.Context) error {
 	}
 	if o.marker != nil {
 		background = append(background, o.marker.Run)
+	}
+	if o.parents != nil {
+		background = append(background, o.parents.Run)
 	}
 	if o.cfg.Demo.Proxies > 0 {
 		background = append(background, o.runDemo)

@@ -25,6 +25,7 @@ import (
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/internal/events"
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
+	"github.com/proxy-operator/proxy-operator/internal/kube/parents"
 	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
 	"github.com/proxy-operator/proxy-operator/internal/netpolicy"
 	"github.com/proxy-operator/proxy-operator/providers"
@@ -89,6 +90,10 @@ type Hooks struct {
 	// Egress, when set, refuses External endpoints the egress policy denies (the Proxy fails
 	// with a condition saying why and is never probed or leased).
 	Egress *netpolicy.Policy
+	// Parents, when set, is the API server's word on the parents (internal/kube/parents): a
+	// sync or finalize body whose parent uid, deletion or spec it does not agree with is
+	// answered without acting (nil: the body is trusted, as without a Kubernetes client).
+	Parents parents.Source
 	// Token, when set, is the bearer token every call must carry but GET /healthz, /readyz
 	// and /metrics (401 otherwise, logged and counted; auth.go). Empty: no token is asked
 	// (-hooks-insecure, and in-process tests).
@@ -103,6 +108,8 @@ type Hooks struct {
 	duration *prometheus.HistogramVec
 	shed     *prometheus.CounterVec
 	unauth   *prometheus.CounterVec
+	// disagreements counts bodies the API server did not agree with, by hook and reason.
+	disagreements *prometheus.CounterVec
 
 	// retries remembers, per Proxy, until when a failed provider call keeps the provider
 	// alone. It lives only in memory: after a restart a Proxy in backoff is tried once at
@@ -138,6 +145,10 @@ func (h *Hooks) init() {
 	if h.Pools == nil {
 		h.Pools = &poolhook.Hooks{Now: h.Now, Log: h.Log}
 	}
+	if h.Parents != nil && h.Pools.Verify == nil {
+		h.Pools.Verify = h.verifyPool
+	}
+	h.disagreements = newDisagreements()
 	if h.BodyReadTimeout <= 0 {
 		h.BodyReadTimeout = DefaultBodyReadTimeout
 	}
@@ -160,7 +171,7 @@ func (h *Hooks) init() {
 	}, []string{"hook"})
 	h.unauth = newUnauthorizedCounter()
 	if h.Registerer != nil {
-		h.Registerer.MustRegister(h.duration, h.shed, h.unauth, newPhaseCollector(h.Fleet),
+		h.Registerer.MustRegister(h.duration, h.shed, h.unauth, h.disagreements, newPhaseCollector(h.Fleet),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "proxy_operator_hook_memory_budget_bytes",
 				Help: "The hook body memory budget (bodies weighted by their decoding cost).",
