@@ -349,8 +349,9 @@ func (f *trustFixture) deletes() int {
 // TestForgedHooksChangeNothing sends the three forged hook calls of issue 21 to the real hook
 // server of an operator that has a real API server: a /finalize with the victim's name and
 // uid, a /finalize with a random uid, a /sync for team-a/va with the attacker's endpoint and
-// credentials. None acts: the victim's instance still exists in the mock provider, the fleet
-// view is unchanged, the victim's lease is still there and a lease on va hands out the real
+// credentials; and a /sync marking the victim draining, a /pools/finalize for a live pool.
+// None acts: the victim's instance still exists in the mock provider, the fleet view is
+// unchanged, the victim's lease is still there and a lease on va hands out the real
 // endpoint with the real credentials. Each is counted with its reason.
 func TestForgedHooksChangeNothing(t *testing.T) {
 	f := startTrustFixture(t)
@@ -399,6 +400,14 @@ func TestForgedHooksChangeNothing(t *testing.T) {
 		}
 	})
 
+	t.Run("sync for the victim with a draining mark", func(t *testing.T) {
+		forged := victim.DeepCopy()
+		forged.SetLabels(map[string]string{v1.PoolDrainingLabel: "true"})
+		f.mc.post("/sync", hookBody(forged.Object, kids, map[string]any{}, false))
+		if got := disagreements(t, f.op, "sync", "labels"); got != 1 {
+			t.Errorf("disagreements{sync,labels} = %v, want 1", got)
+		}
+	})
 	t.Run("pool finalize with the pool's name and uid", func(t *testing.T) {
 		pools := kubetest.Dynamic(t, f.rc).Resource(kube.PoolResource).Namespace(trustNS)
 		pool, err := pools.Create(context.Background(), &unstructured.Unstructured{Object: map[string]any{
@@ -446,7 +455,7 @@ func TestForgedHooksChangeNothing(t *testing.T) {
 	if n := f.deletes(); n != deletes {
 		t.Errorf("the mock provider saw %d deletes, want %d", n, deletes)
 	}
-	if got, ok := f.op.Fleet().Get(trustNS + "/victim"); !ok || got.UID != beforeVictim.UID || got.IP != beforeVictim.IP || got.Deleting {
+	if got, ok := f.op.Fleet().Get(trustNS + "/victim"); !ok || got.UID != beforeVictim.UID || got.IP != beforeVictim.IP || got.Deleting || got.Draining {
 		t.Errorf("fleet view of victim: %+v (present %v), want %+v", got, ok, beforeVictim)
 	}
 	if got, ok := f.op.Fleet().Get(trustNS + "/va"); !ok || got.IP != beforeVA.IP || got.Credentials == nil || *got.Credentials != *beforeVA.Credentials {

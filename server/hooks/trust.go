@@ -38,7 +38,7 @@ func (h *Hooks) disagrees(log *slog.Logger, hook string, p *v1.Proxy, finalizing
 	if h.Parents == nil {
 		return ""
 	}
-	reason := parents.Check(h.Parents, parents.Proxy, p.Namespace, p.Name, p.UID, finalizing, &p.Spec)
+	reason := parents.Check(h.Parents, parents.Proxy, p.Namespace, p.Name, p.UID, finalizing, p.Labels, &p.Spec)
 	if reason != "" {
 		h.disagreed(log, hook, string(p.UID), reason)
 	}
@@ -47,7 +47,7 @@ func (h *Hooks) disagrees(log *slog.Logger, hook string, p *v1.Proxy, finalizing
 
 // verifyPool is the pool hook's check (poolhook.Hooks.Verify).
 func (h *Hooks) verifyPool(hook string, p *v1.ProxyPool, finalizing bool) string {
-	reason := parents.Check(h.Parents, parents.Pool, p.Namespace, p.Name, p.UID, finalizing, &p.Spec)
+	reason := parents.Check(h.Parents, parents.Pool, p.Namespace, p.Name, p.UID, finalizing, p.Labels, &p.Spec)
 	if reason != "" {
 		h.disagreed(h.Log.With("pool", p.Key(), "hook", "pools-"+hook), "pools-"+hook, string(p.UID), reason)
 	}

@@ -43,7 +43,7 @@ func BenchmarkCheck(b *testing.B) {
 	})
 	b.Run("check", func(b *testing.B) {
 		for range b.N {
-			if r := Check(src, Proxy, "n", "a", "u", false, &body); r != "" {
+			if r := Check(src, Proxy, "n", "a", "u", false, nil, &body); r != "" {
 				b.Fatal(r)
 			}
 		}

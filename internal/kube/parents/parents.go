@@ -49,10 +49,18 @@ type Parent struct {
 	Deleting   bool
 	// spec is a *v1.ProxySpec or a *v1.ProxyPoolSpec; nil when the stored spec did not decode.
 	spec any
+	// labels are the parent's CheckedLabels (nil when it has none).
+	labels map[string]string
 }
 
+// CheckedLabels are the labels a body must agree on besides the spec, because they change
+// what leases hand out: a pool's draining mark on a member Proxy (the lease store grants a
+// draining member nothing). Only these labels are kept in the cache.
+var CheckedLabels = []string{v1.PoolDrainingLabel}
+
 // object is what the cache holds of a parent: its identity and deletion, and its spec decoded
-// into the Go type. Status, labels, annotations, finalizers and managedFields are not kept.
+// into the Go type, and its CheckedLabels. Status, other labels, annotations, finalizers and
+// managedFields are not kept.
 type object struct {
 	metav1.TypeMeta
 	metav1.ObjectMeta
@@ -142,13 +150,14 @@ func (c *Cache) Get(k Kind, namespace, name string) (Parent, bool) {
 	if !ok {
 		return Parent{}, false
 	}
-	return Parent{UID: o.UID, Generation: o.Generation, Deleting: o.DeletionTimestamp != nil, spec: o.spec}, true
+	return Parent{UID: o.UID, Generation: o.Generation, Deleting: o.DeletionTimestamp != nil, spec: o.spec, labels: o.Labels}, true
 }
 
 // Trim returns the transform of the informer of kind k: it keeps of an object only what a
 // hook call is checked against (name, namespace, uid, generation, resourceVersion,
 // deletionTimestamp) and its spec, decoded into the kind's Go type once here rather than on
-// every hook call. Status, labels, annotations, finalizers and managedFields are dropped, so
+// every hook call, and the CheckedLabels. Status, other labels, annotations, finalizers and
+// managedFields are dropped, so
 // 10,000 Proxies cost their specs and little more. Objects it does not know pass unchanged
 // (the informer's tombstones).
 func Trim(k Kind) cache.TransformFunc {
@@ -161,6 +170,14 @@ func Trim(k Kind) cache.TransformFunc {
 			TypeMeta: metav1.TypeMeta{APIVersion: u.GetAPIVersion(), Kind: u.GetKind()},
 			ObjectMeta: metav1.ObjectMeta{Name: u.GetName(), Namespace: u.GetNamespace(), UID: u.GetUID(),
 				Generation: u.GetGeneration(), ResourceVersion: u.GetResourceVersion(), DeletionTimestamp: u.GetDeletionTimestamp()},
+		}
+		for _, key := range CheckedLabels {
+			if v, ok := u.GetLabels()[key]; ok {
+				if o.Labels == nil {
+					o.Labels = map[string]string{}
+				}
+				o.Labels[key] = v
+			}
 		}
 		raw, _, _ := unstructured.NestedMap(u.Object, "spec")
 		var spec any = &v1.ProxySpec{}
@@ -188,10 +205,12 @@ const (
 	ReasonNotDeleting = "not_deleting"
 	// ReasonSpec: the body's spec is not the API server's.
 	ReasonSpec = "spec"
+	// ReasonLabels: the body's value of a CheckedLabels label is not the API server's.
+	ReasonLabels = "labels"
 )
 
 // Reasons lists every reason, for metrics to start at zero.
-var Reasons = []string{ReasonNotSynced, ReasonAbsent, ReasonUID, ReasonNotDeleting, ReasonSpec}
+var Reasons = []string{ReasonNotSynced, ReasonAbsent, ReasonUID, ReasonNotDeleting, ReasonSpec, ReasonLabels}
 
 // Source is what Check reads: the Cache, or a stand-in in tests.
 type Source interface {
@@ -201,9 +220,10 @@ type Source interface {
 
 // Check says whether src agrees with a hook body about the parent namespace/name of kind k:
 // "" when it does, else the reason it does not. The body agrees when the API server holds the
-// parent with its uid, is deleting it if the body is a finalize call, and holds spec (S is
-// v1.ProxySpec for Proxy, v1.ProxyPoolSpec for Pool; nil and empty maps and slices are equal).
-func Check[S any](src Source, k Kind, namespace, name string, uid types.UID, finalizing bool, spec *S) string {
+// parent with its uid, is deleting it if the body is a finalize call, holds spec (S is
+// v1.ProxySpec for Proxy, v1.ProxyPoolSpec for Pool; nil and empty maps and slices are equal)
+// and the same CheckedLabels as labels.
+func Check[S any](src Source, k Kind, namespace, name string, uid types.UID, finalizing bool, labels map[string]string, spec *S) string {
 	if !src.Synced() {
 		return ReasonNotSynced
 	}
@@ -219,6 +239,13 @@ func Check[S any](src Source, k Kind, namespace, name string, uid types.UID, fin
 	want, ok := cached.spec.(*S)
 	if !ok || !equality.Semantic.DeepEqual(want, spec) {
 		return ReasonSpec
+	}
+	for _, key := range CheckedLabels {
+		bv, bok := labels[key]
+		cv, cok := cached.labels[key]
+		if bv != cv || bok != cok {
+			return ReasonLabels
+		}
 	}
 	return ""
 }

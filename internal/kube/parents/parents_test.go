@@ -65,7 +65,7 @@ func TestCacheAgainstAPIServer(t *testing.T) {
 		}
 		return &s
 	}
-	if got := parents.Check(c, parents.Proxy, "team-a", "va", px.GetUID(), false, spec(px)); got != parents.ReasonNotSynced {
+	if got := parents.Check(c, parents.Proxy, "team-a", "va", px.GetUID(), false, nil, spec(px)); got != parents.ReasonNotSynced {
 		t.Errorf("before Run: Check = %q, want %q", got, parents.ReasonNotSynced)
 	}
 
@@ -82,23 +82,28 @@ func TestCacheAgainstAPIServer(t *testing.T) {
 
 	evil := spec(px)
 	evil.Endpoint.Host = "127.0.66.6"
+	draining := map[string]string{v1.PoolDrainingLabel: "true"}
+	other := map[string]string{"team": "x"} // a label the check does not read
 	for _, tc := range []struct {
 		name       string
 		ns, key    string
 		uid        types.UID
 		finalizing bool
+		labels     map[string]string
 		spec       *v1.ProxySpec
 		want       string
 	}{
-		{"the stored object", "team-a", "va", px.GetUID(), false, spec(px), ""},
-		{"another name", "team-a", "vb", px.GetUID(), false, spec(px), parents.ReasonAbsent},
-		{"another namespace", "team-b", "va", px.GetUID(), false, spec(px), parents.ReasonAbsent},
-		{"another uid", "team-a", "va", "0b4d1d00-0000-4000-8000-00000000f00d", false, spec(px), parents.ReasonUID},
-		{"a finalize of an object not being deleted", "team-a", "va", px.GetUID(), true, spec(px), parents.ReasonNotDeleting},
-		{"another endpoint", "team-a", "va", px.GetUID(), false, evil, parents.ReasonSpec},
+		{"the stored object", "team-a", "va", px.GetUID(), false, nil, spec(px), ""},
+		{"the stored object with a label the check does not read", "team-a", "va", px.GetUID(), false, other, spec(px), ""},
+		{"another name", "team-a", "vb", px.GetUID(), false, nil, spec(px), parents.ReasonAbsent},
+		{"another namespace", "team-b", "va", px.GetUID(), false, nil, spec(px), parents.ReasonAbsent},
+		{"another uid", "team-a", "va", "0b4d1d00-0000-4000-8000-00000000f00d", false, nil, spec(px), parents.ReasonUID},
+		{"a finalize of an object not being deleted", "team-a", "va", px.GetUID(), true, nil, spec(px), parents.ReasonNotDeleting},
+		{"another endpoint", "team-a", "va", px.GetUID(), false, nil, evil, parents.ReasonSpec},
+		{"a draining mark the API server does not have", "team-a", "va", px.GetUID(), false, draining, spec(px), parents.ReasonLabels},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := parents.Check(c, parents.Proxy, tc.ns, tc.key, tc.uid, tc.finalizing, tc.spec); got != tc.want {
+			if got := parents.Check(c, parents.Proxy, tc.ns, tc.key, tc.uid, tc.finalizing, tc.labels, tc.spec); got != tc.want {
 				t.Errorf("Check = %q, want %q", got, tc.want)
 			}
 		})
@@ -107,12 +112,12 @@ func TestCacheAgainstAPIServer(t *testing.T) {
 	if b, err := json.Marshal(pool.Object["spec"]); err != nil || json.Unmarshal(b, &ps) != nil {
 		t.Fatalf("pool spec: %v", err)
 	}
-	if got := parents.Check(c, parents.Pool, "team-a", "web", pool.GetUID(), false, &ps); got != "" {
+	if got := parents.Check(c, parents.Pool, "team-a", "web", pool.GetUID(), false, nil, &ps); got != "" {
 		t.Errorf("pool: Check = %q, want agreement", got)
 	}
 	zero := int32(0)
 	ps.Replicas = &zero
-	if got := parents.Check(c, parents.Pool, "team-a", "web", pool.GetUID(), false, &ps); got != parents.ReasonSpec {
+	if got := parents.Check(c, parents.Pool, "team-a", "web", pool.GetUID(), false, nil, &ps); got != parents.ReasonSpec {
 		t.Errorf("pool with another replicas: Check = %q, want %q", got, parents.ReasonSpec)
 	}
 
@@ -126,13 +131,13 @@ func TestCacheAgainstAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the edit reaches the cache", func() bool {
-		return parents.Check(c, parents.Proxy, "team-a", "va", px.GetUID(), false, spec(live)) == ""
+		return parents.Check(c, parents.Proxy, "team-a", "va", px.GetUID(), false, nil, spec(live)) == ""
 	})
 	if err := dyn.Resource(kube.ProxyResource).Namespace("team-a").Delete(context.Background(), "va", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the delete reaches the cache", func() bool {
-		return parents.Check(c, parents.Proxy, "team-a", "va", px.GetUID(), true, spec(live)) == ""
+		return parents.Check(c, parents.Proxy, "team-a", "va", px.GetUID(), true, nil, spec(live)) == ""
 	})
 	if got, ok := c.Get(parents.Proxy, "team-a", "va"); !ok || !got.Deleting || got.UID != px.GetUID() {
 		t.Errorf("Get after the delete = %+v, %v; want deleting, uid %s", got, ok, px.GetUID())
@@ -140,8 +145,8 @@ func TestCacheAgainstAPIServer(t *testing.T) {
 }
 
 // TestTrimKeepsIdentityAndSpec: the cache holds name, namespace, uid, generation,
-// resourceVersion, deletionTimestamp and the decoded spec; status, labels, annotations,
-// finalizers and managedFields are dropped.
+// resourceVersion, deletionTimestamp, the decoded spec and the draining mark; status, other
+// labels, annotations, finalizers and managedFields are dropped.
 func TestTrimKeepsIdentityAndSpec(t *testing.T) {
 	now := metav1.NewTime(time.Date(2026, 12, 2, 4, 0, 0, 0, time.UTC))
 	in := &unstructured.Unstructured{Object: map[string]any{"apiVersion": v1.APIVersion, "kind": v1.Kind,
@@ -152,7 +157,7 @@ func TestTrimKeepsIdentityAndSpec(t *testing.T) {
 	in.SetGeneration(3)
 	in.SetResourceVersion("42")
 	in.SetDeletionTimestamp(&now)
-	in.SetLabels(map[string]string{"a": "b"})
+	in.SetLabels(map[string]string{"a": "b", v1.PoolDrainingLabel: "true"})
 	in.SetAnnotations(map[string]string{"big": "x"})
 	in.SetManagedFields([]metav1.ManagedFieldsEntry{{Manager: "kubectl"}})
 	in.SetFinalizers([]string{"f"})
@@ -169,8 +174,11 @@ func TestTrimKeepsIdentityAndSpec(t *testing.T) {
 		t.Errorf("identity not kept: %s/%s uid %s generation %d resourceVersion %s deletionTimestamp %v",
 			m.GetNamespace(), m.GetName(), m.GetUID(), m.GetGeneration(), m.GetResourceVersion(), m.GetDeletionTimestamp())
 	}
-	if len(m.GetLabels())+len(m.GetAnnotations())+len(m.GetManagedFields())+len(m.GetFinalizers()) != 0 {
-		t.Errorf("kept labels %v annotations %v managedFields %v finalizers %v", m.GetLabels(), m.GetAnnotations(), m.GetManagedFields(), m.GetFinalizers())
+	if l := m.GetLabels(); len(l) != 1 || l[v1.PoolDrainingLabel] != "true" {
+		t.Errorf("labels %v, want only the draining mark", l)
+	}
+	if len(m.GetAnnotations())+len(m.GetManagedFields())+len(m.GetFinalizers()) != 0 {
+		t.Errorf("kept annotations %v managedFields %v finalizers %v", m.GetAnnotations(), m.GetManagedFields(), m.GetFinalizers())
 	}
 	if _, ok := out.(*unstructured.Unstructured); ok {
 		t.Error("Trim kept the unstructured object (status included)")
