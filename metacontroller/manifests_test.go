@@ -720,6 +720,7 @@ func TestWiringAgrees(t *testing.T) {
 		// TestKustomizationAppliesToAPIServer.
 		want := []rbacv1.PolicyRule{
 			{APIGroups: []string{"crawl.example.com"}, Resources: []string{"proxies"}, Verbs: []string{"list", "watch", "patch"}},
+			{APIGroups: []string{"crawl.example.com"}, Resources: []string{"proxypools"}, Verbs: []string{"list", "watch"}},
 			{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 			{APIGroups: []string{"metacontroller.k8s.io"}, Resources: []string{"compositecontrollers"},
 				ResourceNames: hookauth.DefaultControllers, Verbs: []string{"patch"}},
