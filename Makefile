@@ -10,7 +10,7 @@ PYTHON        ?= /usr/bin/python3
 # -discovery-insecure: make run serves discovery on 127.0.0.1 only; a shared address needs a token.
 # -demo-proxies 3: a fleet of mock proxies the process defines and syncs itself, no cluster
 # needed; -fleet-warmup 0s: without a cluster there is no fleet to wait for after a restart.
-RUN_ARGS      ?= -hook-addr 127.0.0.1:8080 -discovery-addr 127.0.0.1:8090 -discovery-insecure -log-format text -fleet-warmup 0s -gc-min-age 1m -demo-proxies 3
+RUN_ARGS      ?= -hook-addr 127.0.0.1:8080 -hooks-insecure -discovery-addr 127.0.0.1:8090 -discovery-insecure -log-format text -fleet-warmup 0s -gc-min-age 1m -demo-proxies 3
 # GO_BUILD is the one way the binary is built: make build, make run and make demo
 # (scripts/quickstart.sh spells the same flags out), so none rebuilds what another built.
 GO_BUILD      = CGO_ENABLED=0 $(GO) build -trimpath

@@ -62,7 +62,10 @@ func parseFlags(args []string, stdout, stderr io.Writer) (server.Config, error) 
 		return c, err
 	}
 	c.Discovery.Token, c.Log = os.Getenv("DISCOVERY_TOKEN"), logc.Logger(stderr)
-	return c, c.Validate()
+	if err := c.Validate(); err != nil {
+		return c, err
+	}
+	return c, c.Hooks.RequireCredentials()
 }
 
 func isHelp(arg string) bool { return arg == "-h" || arg == "-help" || arg == "--help" }

@@ -29,7 +29,7 @@ func TestDiscoverySubcommandFlags(t *testing.T) {
 			}
 		})
 	}
-	if _, err := parseFlags([]string{"-lease-store", "redis://127.0.0.1:6379", "-lease-store-password-file", "/run/pw"}, io.Discard, io.Discard); err != nil {
+	if _, err := parseFlags([]string{"-lease-store", "redis://127.0.0.1:6379", "-lease-store-password-file", "/run/pw", "-hooks-insecure"}, io.Discard, io.Discard); err != nil {
 		t.Errorf("operator with -lease-store: %v", err)
 	}
 }

@@ -32,7 +32,7 @@ func TestGatewaySubcommandFlags(t *testing.T) {
 			}
 		})
 	}
-	c, err := parseFlags([]string{"-gateway-addr", "127.0.0.1:8091", "-gateway-max-tries", "5", "-discovery-insecure"}, io.Discard, io.Discard)
+	c, err := parseFlags([]string{"-gateway-addr", "127.0.0.1:8091", "-gateway-max-tries", "5", "-discovery-insecure", "-hooks-insecure"}, io.Discard, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}

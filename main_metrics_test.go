@@ -24,7 +24,7 @@ func TestMetricsMoveWithAScenario(t *testing.T) {
 		t.Fatal(err)
 	}
 	var addr struct{ Hook, Discovery string }
-	addr.Hook, addr.Discovery, _ = boot(t, "-hook-addr", "127.0.0.1:0", "-discovery-addr", "127.0.0.1:0", "-discovery-insecure", "-providers-config", pcfg,
+	addr.Hook, addr.Discovery, _ = boot(t, "-hook-addr", "127.0.0.1:0", "-hooks-insecure", "-discovery-addr", "127.0.0.1:0", "-discovery-insecure", "-providers-config", pcfg,
 		"-fleet-warmup", "0s", "-gc-interval", "100ms", "-allow-loopback-proxies") // b is an External proxy on loopback
 	client := &http.Client{Timeout: 10 * time.Second}
 	call := func(method, url string, body any) (int, map[string]any) {

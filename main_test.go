@@ -73,7 +73,7 @@ func TestCaptureThenReplay(t *testing.T) {
 	if err := os.WriteFile(pcfg, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	addr, _, stop := boot(t, "-hook-addr", "127.0.0.1:0", "-discovery-addr", "127.0.0.1:0", "-discovery-insecure", "-providers-config", pcfg, "-capture-dir", capture,
+	addr, _, stop := boot(t, "-hook-addr", "127.0.0.1:0", "-hooks-insecure", "-discovery-addr", "127.0.0.1:0", "-discovery-insecure", "-providers-config", pcfg, "-capture-dir", capture,
 		"-allow-loopback-proxies") // the External fixture lives on 127.0.0.1; replay applies no egress policy
 	client := &http.Client{Timeout: 10 * time.Second}
 	post := func(hook string, body []byte) map[string]any {

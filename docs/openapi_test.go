@@ -33,6 +33,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
 	"github.com/proxy-operator/proxy-operator/lease"
 	"github.com/proxy-operator/proxy-operator/server/discovery"
+	"github.com/proxy-operator/proxy-operator/server/discovery/access"
 )
 
 const token = "openapi-test-token"
@@ -54,6 +55,31 @@ func newDiscovery(t *testing.T, warmup time.Duration, proxies ...fleet.Proxy) *d
 	// A small cooldown bound, so an exchange can reach the report's 429.
 	store := lease.NewMemory(lease.Config{Fleet: view, Health: h, MaxCooldownsPerProxy: 2})
 	d := &discovery.Discovery{Fleet: view, Health: h, Leases: store, Token: token, Log: slog.New(slog.DiscardHandler)}
+	handler := d.Handler()
+	srv := httptest.NewServer(handler)
+	t.Cleanup(srv.Close)
+	return &discoveryServer{srv: srv, handler: handler}
+}
+
+// newCappedDiscovery is a discovery server with two tokens (the test's and another) and a
+// share of one live lease per token and namespace.
+func newCappedDiscovery(t *testing.T, proxies ...fleet.Proxy) *discoveryServer {
+	t.Helper()
+	view := fleet.New(time.Now, 0)
+	h := &healthtest.Map{}
+	for _, p := range proxies {
+		view.Upsert(p)
+		h.Set(p.Key, lifecycle.Health{State: lifecycle.HealthHealthy, LatencyMillis: 12})
+	}
+	toks, err := access.New([]access.TokenSpec{
+		{Name: "crawler", Token: token, Namespaces: []string{access.AllNamespaces}, Right: access.RightLease},
+		{Name: "other", Token: "another-token-0123456789", Namespaces: []string{access.AllNamespaces}, Right: access.RightLease},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := lease.NewMemory(lease.Config{Fleet: view, Health: h, MaxLeasesPerHolder: 1})
+	d := &discovery.Discovery{Fleet: view, Health: h, Leases: store, Tokens: toks, Log: slog.New(slog.DiscardHandler)}
 	handler := d.Handler()
 	srv := httptest.NewServer(handler)
 	t.Cleanup(srv.Close)
@@ -295,6 +321,18 @@ func TestOpenAPIAgainstRealServer(t *testing.T) {
 		{name: "lease without token", method: "POST", path: "/v1/leases", body: `{}`, noToken: true, want: 401, invalid: true},
 	} {
 		lookup(ex)
+	}
+	// Two tokens, each with a share of one lease per namespace: the second lease is a 429.
+	capped := newCappedDiscovery(t, withCreds)
+	cc := loadDoc(t, capped.srv.URL)
+	cc.seen = c.seen
+	for _, ex := range []exchange{
+		{name: "lease within the token's share", method: "POST", path: "/v1/leases", body: `{}`, want: 200},
+		{name: "lease beyond the token's share", method: "POST", path: "/v1/leases", body: `{}`, want: 429},
+	} {
+		if a := cc.do(t, capped, ex); ex.want == 429 && a.header.Get("Retry-After") == "" {
+			t.Errorf("%s: no Retry-After", ex.name)
+		}
 	}
 	w := cw.do(t, warming, exchange{name: "lease while warming up", method: "POST", path: "/v1/leases", body: `{}`, want: 503})
 	if w.header.Get("Retry-After") == "" {

@@ -225,6 +225,8 @@ type entry struct {
 	fail     int32
 	succeed  int32
 	verdict  *verdict
+	// graded is set once the proxy was Healthy: its probes count towards its score from then.
+	graded bool
 	// proxy is the record the exit verdict was made against; exitURL is the echo to ask and
 	// exitDue when (no check before it).
 	proxy   fleet.Proxy
@@ -466,7 +468,17 @@ func (l *loop) finish(d done) {
 		s.metrics.exitChecks.WithLabelValues("failed").Inc()
 		s.log.Debug("exit check failed", "proxy", e.key, "err", d.res.ExitErr)
 	}
-	_, bandChanged := s.grade(e.key, s.probeOutcome(d.res), d.start, probeScale(e.interval))
+	// Probes count towards the score from the first Healthy verdict on: a machine still
+	// booting is not a bad proxy (the health verdict already keeps it from crawlers), and
+	// grading its refused probes would make every new member of a pool with
+	// rotation.minBand look worse than the members it replaces.
+	bandChanged := false
+	if e.verdict.health.State == lifecycle.HealthHealthy {
+		e.graded = true
+	}
+	if e.graded {
+		_, bandChanged = s.grade(e.key, s.probeOutcome(d.res), d.start, probeScale(e.interval))
+	}
 	if changed || exitChanged || prev.LatencyMillis != e.verdict.health.LatencyMillis {
 		s.publish(e.key, e.verdict.health)
 	}

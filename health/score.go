@@ -57,9 +57,12 @@ const (
 	// DefaultSlowProbe is the probe latency beyond which a success counts as slow.
 	DefaultSlowProbe = 2 * time.Second
 	// priorWeight and priorValue are the pseudo-outcomes every score starts from, so one
-	// early failure does not condemn a new proxy nor one success crown it.
+	// early failure does not condemn a new proxy nor one success crown it. The prior sits on
+	// the Good line: a new proxy whose first probe is good is Good at any probe interval
+	// (below it, a proxy probed more often than every 30 s came up Fair, and a pool with
+	// rotation.minBand Good replaced every new member as soon as it was graded).
 	priorWeight = 2.0
-	priorValue  = 0.75
+	priorValue  = goodAt
 	// seedWeight is how much a band recorded in status counts for after a restart.
 	seedWeight = 4.0
 	// probeEvidence is the probe interval at which a probe counts its full weight: probes are

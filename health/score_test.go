@@ -149,9 +149,12 @@ func TestReportMovesTheBand(t *testing.T) {
 		}
 	})
 	waitHealth(t, s, "ns/a", lifecycle.HealthHealthy)
-	// Probed every 2 s, a probe counts a fifteenth of one every 30 s: a few probes leave the
-	// prior's Fair, not enough for Good.
+	// Probed every 2 s, a probe counts a fifteenth of one every 30 s; the prior sits on the
+	// Good line, so the first good probe after the proxy turned Healthy makes it Good.
 	waitUntil(t, "a band", func() bool { return s.Health("ns/a").Band != "" })
+	if b := s.Health("ns/a").Band; b != v1.BandGood {
+		t.Fatalf("band after good probes: %s, want Good", b)
+	}
 	for range 30 {
 		s.Report("ns/a", OutcomeBanned, time.Now())
 	}
@@ -173,5 +176,28 @@ func TestReportMovesTheBand(t *testing.T) {
 	s.Report("ns/unknown", OutcomeBanned, time.Now()) // ignored, no series born
 	if n := testutil.CollectAndCount(s.metrics.score); n != 1 {
 		t.Errorf("score series: %d, want 1", n)
+	}
+}
+
+// TestBootFailuresDoNotGrade: probes that fail before a proxy's first Healthy verdict (a
+// machine still starting) leave its score alone, so a new pool member is not graded below
+// the members it replaces; from the first Healthy verdict on, probes count.
+func TestBootFailuresDoNotGrade(t *testing.T) {
+	target := newTLSTarget(t)
+	proxy := newStubProxy(t)
+	proxy.deny.Store(true)
+	view := fleet.New(time.Now, 0)
+	view.Upsert(proxyAt(t, "ns/boot", proxy.addr(), target.url(), 3, 20, 2, 1))
+	var f failures
+	s := startScheduler(t, view, NewHTTPProber(trusting(target)), nil, f.hook)
+	waitUntil(t, "failed probes", func() bool { return f.get("ns/boot") >= 5 })
+	if h := s.Health("ns/boot"); h.State == lifecycle.HealthHealthy || h.Band != "" {
+		t.Fatalf("while booting: %+v, want not Healthy and no band", h)
+	}
+	proxy.deny.Store(false)
+	waitHealth(t, s, "ns/boot", lifecycle.HealthHealthy)
+	waitUntil(t, "a band", func() bool { return s.Health("ns/boot").Band != "" })
+	if b := s.Health("ns/boot").Band; b != v1.BandGood {
+		t.Errorf("band after booting: %s, want Good (the boot failures counted)", b)
 	}
 }

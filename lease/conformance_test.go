@@ -11,7 +11,10 @@ import (
 // against a real Redis).
 func TestMemoryConformance(t *testing.T) {
 	leasetest.Run(t, func(t *testing.T, env leasetest.Env) leasetest.Harness {
-		m := lease.NewMemory(lease.Config{Fleet: env.Fleet, Health: env.Health, Now: env.Now, MaxSessions: env.MaxSessions})
+		m := lease.NewMemory(lease.Config{Fleet: env.Fleet, Health: env.Health, Now: env.Now, MaxSessions: env.MaxSessions,
+			MaxCooldowns: env.MaxCooldowns, MaxCooldownsPerNamespace: env.MaxCooldownsPerNamespace,
+			MaxSessionsPerNamespace: env.MaxSessionsPerNamespace, MaxLeasesPerHolder: env.MaxLeasesPerHolder,
+			PreferBand: env.PreferBand, Admit: env.Admit})
 		return leasetest.Harness{
 			Store: m,
 			Sync:  func(*testing.T) { m.Sync(); m.RefreshHealth() },

@@ -25,6 +25,9 @@ var (
 	// ErrTooManyCooldowns is wrapped by *TooManyCooldownsError when a report would start a
 	// cooldown beyond the store's bound.
 	ErrTooManyCooldowns = errors.New("too many cooldowns")
+	// ErrTooManyLeases is wrapped by *TooManyLeasesError when the caller already holds its
+	// share of leases in every namespace where a proxy would fit.
+	ErrTooManyLeases = errors.New("too many leases held")
 	// ErrUnavailable is wrapped by a shared store's errors when its backend cannot be reached
 	// or does not answer in time: the request may be retried, nothing was decided.
 	ErrUnavailable = errors.New("lease store unavailable")
@@ -35,6 +38,24 @@ const (
 	DefaultMaxCooldownsPerProxy = 1024
 	DefaultMaxCooldowns         = 65536
 )
+
+// DefaultMaxLeasesPerHolder is the default share of one holder (a discovery token) in one
+// namespace: live leases beyond it are refused (decision 0201).
+const DefaultMaxLeasesPerHolder = 256
+
+// TooManyLeasesError says a holder already has Limit live leases in each namespace where a
+// proxy would fit; one of them ends at FreeAt (zero when unknown).
+type TooManyLeasesError struct {
+	Holder string
+	Limit  int
+	FreeAt time.Time
+}
+
+func (e *TooManyLeasesError) Error() string {
+	return fmt.Sprintf("%s already holds %d live leases in each namespace with a proxy to lease, its share per namespace; release or let one expire", e.Holder, e.Limit)
+}
+
+func (e *TooManyLeasesError) Unwrap() error { return ErrTooManyLeases }
 
 // TooManyCooldownsError says which bound a refused report hit.
 type TooManyCooldownsError struct {
@@ -116,6 +137,10 @@ type Request struct {
 	// Namespaces, when not nil, limits the lease to proxies in these namespaces (the caller's
 	// lease rights); the NoMatchError then counts only those proxies.
 	Namespaces []string
+	// Holder names who asks (the discovery token's name; empty: nobody in particular). With a
+	// store's MaxLeasesPerHolder, a holder's live leases in one namespace are bounded, so one
+	// token cannot hold every proxy of a namespace that others lease from too.
+	Holder string
 	// Avoid are proxy keys passed over while another proxy fits; when none does, the best of
 	// them is granted. The gateway rotates with it: the upstreams it used last for a target.
 	Avoid []string

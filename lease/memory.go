@@ -93,6 +93,11 @@ type Config struct {
 	// Observe, when set, is called with every change while the store's lock is held: it
 	// must be quick and must not call back into the store.
 	Observe func(Event)
+	// MaxLeasesPerHolder, above 0, bounds the live leases of one Request.Holder in one
+	// namespace: a holder at its share there is refused with a *TooManyLeasesError when no
+	// proxy outside such namespaces fits (0: no bound; requests without a holder are never
+	// bounded).
+	MaxLeasesPerHolder int
 	// PreferBand orders candidates by the verdict's quality band before load and latency
 	// (decision 0142); off, bands are ignored.
 	PreferBand bool
@@ -124,6 +129,11 @@ type Memory struct {
 	sessions map[string]*session
 	denied   map[string]int64 // no-capacity answers per pool attribute value
 	idle     idleHeap         // sessions without live leases, by until
+	// byHolder is the live leases per holder and namespace ("holder\x00ns"), kept only with
+	// MaxLeasesPerHolder.
+	byHolder map[string]map[*held]struct{}
+	// deniedRecords counts the record versions Admit refused.
+	deniedRecords uint64
 	// byTarget is the live lease per (target, proxy): at most one, see check. Its expiry is
 	// when a 409 for that target says the proxy frees up.
 	byTarget map[coolKey]*held
@@ -133,6 +143,7 @@ var _ Store = (*Memory)(nil)
 
 type held struct {
 	id, proxy, target, session string
+	holder                     string // "holder\x00ns" in byHolder, "" when not counted
 	ttl                        time.Duration
 	expires                    time.Time
 	index                      int // in expiry
@@ -196,6 +207,7 @@ func NewMemory(cfg Config) *Memory {
 		buckets:  map[string]*bucket{},
 		selCache: map[string][]*bucket{},
 		leases:   map[string]*held{},
+		byHolder: map[string]map[*held]struct{}{},
 		cool:     map[coolKey]*cooldown{},
 		coolBy:   map[string]int{},
 		coolNS:   map[string]*list.List{},
@@ -226,7 +238,8 @@ func (m *Memory) Acquire(_ context.Context, r Request) (Lease, error) {
 
 	if r.SessionKey != "" {
 		if s := m.sessions[r.SessionKey]; s != nil {
-			if e := m.entries[s.proxy]; e != nil && fleet.Matches(e.p.Attributes, r.Selector) && inNamespaces(e.bucket, r.Namespaces) {
+			if e := m.entries[s.proxy]; e != nil && fleet.Matches(e.p.Attributes, r.Selector) && inNamespaces(e.bucket, r.Namespaces) &&
+				!m.capped(r.Holder, namespaceOf(e.p.Key)) {
 				if h, v := m.check(e, r.Target, now); v == fits {
 					return m.grant(e, h, r, now), nil
 				}
@@ -244,8 +257,15 @@ func (m *Memory) Acquire(_ context.Context, r Request) (Lease, error) {
 		health    = map[*entry]lifecycle.Health{}
 	)
 	var fullPools []*bucket // buckets with a member at capacity: demand for their pool
+	heldOut := 0            // proxies in namespaces where the holder is at its share
 	for _, b := range m.match(r.Selector) {
 		if !inNamespaces(b, r.Namespaces) {
+			continue
+		}
+		if m.capped(r.Holder, b.ns) {
+			// The holder's share of this namespace is taken: its proxies are others' to lease.
+			nm.Matching += b.size
+			heldOut += b.size
 			continue
 		}
 		before := nm.AtCapacity
@@ -294,6 +314,9 @@ func (m *Memory) Acquire(_ context.Context, r Request) (Lease, error) {
 	if best == nil && fallback != nil {
 		best, bestH = fallback, fallbackH
 	}
+	if best == nil && heldOut > 0 {
+		return Lease{}, m.tooManyLeases(r.Holder)
+	}
 	if best == nil {
 		m.noteDenied(fullPools)
 		if nm.AtCapacity > 0 && len(m.expiry) > 0 {
@@ -303,6 +326,29 @@ func (m *Memory) Acquire(_ context.Context, r Request) (Lease, error) {
 		return Lease{}, &nm
 	}
 	return m.grant(best, bestH, r, now), nil
+}
+
+// capped reports whether holder already holds its share of live leases in namespace ns.
+func (m *Memory) capped(holder, ns string) bool {
+	return holder != "" && m.cfg.MaxLeasesPerHolder > 0 && len(m.byHolder[holder+"\x00"+ns]) >= m.cfg.MaxLeasesPerHolder
+}
+
+// tooManyLeases is the refusal of a holder at its share, with the earliest end of one of its
+// leases in a namespace where it is at its share (a walk of at most that share per namespace).
+func (m *Memory) tooManyLeases(holder string) error {
+	e := &TooManyLeasesError{Holder: holder, Limit: m.cfg.MaxLeasesPerHolder}
+	prefix := holder + "\x00"
+	for k, set := range m.byHolder {
+		if len(set) < m.cfg.MaxLeasesPerHolder || len(k) < len(prefix) || k[:len(prefix)] != prefix {
+			continue
+		}
+		for l := range set {
+			if e.FreeAt.IsZero() || l.expires.Before(e.FreeAt) {
+				e.FreeAt = l.expires
+			}
+		}
+	}
+	return e
 }
 
 func inNamespaces(b *bucket, nss []string) bool {
@@ -352,6 +398,15 @@ func (m *Memory) grant(e *entry, h lifecycle.Health, r Request, now time.Time) L
 	l := &held{id: newID(), proxy: e.p.Key, target: r.Target, session: r.SessionKey, ttl: r.TTL, expires: now.Add(r.TTL)}
 	m.leases[l.id] = l
 	heap.Push(&m.expiry, l)
+	if r.Holder != "" && m.cfg.MaxLeasesPerHolder > 0 {
+		l.holder = r.Holder + "\x00" + namespaceOf(e.p.Key)
+		set := m.byHolder[l.holder]
+		if set == nil {
+			set = map[*held]struct{}{}
+			m.byHolder[l.holder] = set
+		}
+		set[l] = struct{}{}
+	}
 	if r.Target != "" {
 		m.byTarget[coolKey{r.Target, e.p.Key}] = l
 	}
@@ -383,6 +438,12 @@ func (m *Memory) grant(e *entry, h lifecycle.Health, r Request, now time.Time) L
 // end removes a lease and frees its slot.
 func (m *Memory) end(l *held, kind EventKind, now time.Time) {
 	delete(m.leases, l.id)
+	if set := m.byHolder[l.holder]; set != nil {
+		delete(set, l)
+		if len(set) == 0 {
+			delete(m.byHolder, l.holder)
+		}
+	}
 	if l.index >= 0 {
 		heap.Remove(&m.expiry, l.index)
 	}
@@ -701,6 +762,14 @@ func (m *Memory) unbind(s *session) {
 	}
 }
 
+// DeniedRecords is how many proxy record versions Config.Admit refused (the egress policy):
+// never leased.
+func (m *Memory) DeniedRecords() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.deniedRecords
+}
+
 // CooldownCount is the number of remembered cooldowns (an optional capability of a Store,
 // read by the discovery metrics).
 func (m *Memory) CooldownCount() int {
@@ -742,6 +811,9 @@ func (m *Memory) syncLocked(now time.Time) {
 		}
 		e.p = p
 		e.denied = m.cfg.Admit != nil && m.cfg.Admit(p) != nil
+		if e.denied {
+			m.deniedRecords++
+		}
 		h := m.cfg.Health.Health(p.Key)
 		e.healthy, e.latency, e.rank = !e.denied && Leasable(p, h), h.LatencyMillis, m.rank(h)
 		m.attach(e)

@@ -212,6 +212,41 @@ func TestKustomizationAppliesToAPIServer(t *testing.T) {
 		}
 	})
 
+	t.Run("stored CompositeControllers send the hook token and verify the hook CA", func(t *testing.T) {
+		for _, name := range []string{"proxy-operator", "proxy-operator-pools"} {
+			got, err := c.dyn.Resource(compositeControllers).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ecs, _, _ := unstructured.NestedSlice(got.Object, "spec", "endpointConfigs")
+			if len(ecs) != 1 {
+				t.Fatalf("%s: %d endpointConfigs, want 1", name, len(ecs))
+			}
+			ec, _ := ecs[0].(map[string]any)
+			for path, want := range map[string]string{
+				"host":                              "proxy-operator-hooks.proxy-operator.svc:8080",
+				"caBundle.secretRef.name":           "proxy-operator-hooks-tls",
+				"caBundle.secretRef.namespace":      namespace,
+				"caBundle.secretRef.key":            "ca.crt",
+				"authorization.type":                "Bearer",
+				"authorization.secretRef.name":      "proxy-operator-hooks-token",
+				"authorization.secretRef.namespace": namespace,
+				"authorization.secretRef.key":       "token",
+			} {
+				if v, _, _ := unstructured.NestedString(ec, strings.Split(path, ".")...); v != want {
+					t.Errorf("%s: stored endpointConfigs[0].%s = %q, want %q", name, path, v, want)
+				}
+			}
+			hooks, _, _ := unstructured.NestedMap(got.Object, "spec", "hooks")
+			for hook := range hooks {
+				u, _, _ := unstructured.NestedString(got.Object, "spec", "hooks", hook, "webhook", "url")
+				if !strings.HasPrefix(u, "https://proxy-operator-hooks.proxy-operator.svc:8080/") {
+					t.Errorf("%s: %s url %q is not on the endpointConfigs host over https", name, hook, u)
+				}
+			}
+		}
+	})
+
 	t.Run("the Deployment as stored", func(t *testing.T) {
 		dep, err := c.kube.AppsV1().Deployments(namespace).Get(ctx, deployment, metav1.GetOptions{})
 		if err != nil {
@@ -302,45 +337,75 @@ func testRBAC(ctx context.Context, t *testing.T, c *cluster) {
 	type check struct {
 		group, resource, subresource, verb string
 		allowed                            bool
+		// ns is the namespace asked about ("crawlers" when empty; "-" for cluster scope) and
+		// name the object's name (any when empty).
+		ns, name string
 	}
 	const crawl = "crawl.example.com"
 	checks := []check{
 		// The orphan GC lists Proxies; a watch keeps a cache; a metadata patch wakes Metacontroller on a health transition.
-		{crawl, "proxies", "", "list", true},
-		{crawl, "proxies", "", "watch", true},
-		{crawl, "proxies", "", "patch", true},
+		{crawl, "proxies", "", "list", true, "", ""},
+		{crawl, "proxies", "", "watch", true, "", ""},
+		{crawl, "proxies", "", "patch", true, "", ""},
+		// The hooks check bodies against an informer cache of Proxies and ProxyPools.
+		{crawl, "proxypools", "", "list", true, "", ""},
+		{crawl, "proxypools", "", "watch", true, "", ""},
 		// Events on Proxies, through either Events API.
-		{"", "events", "", "create", true},
-		{"", "events", "", "patch", true},
-		{"events.k8s.io", "events", "", "create", true},
-		{"events.k8s.io", "events", "", "patch", true},
+		{"", "events", "", "create", true, "", ""},
+		{"", "events", "", "patch", true, "", ""},
+		{"events.k8s.io", "events", "", "create", true, "", ""},
+		{"events.k8s.io", "events", "", "patch", true, "", ""},
 		// Everything else is Metacontroller's (status, finalizers, children) or nobody's.
-		{crawl, "proxies", "", "get", false},
-		{crawl, "proxies", "", "create", false},
-		{crawl, "proxies", "", "update", false},
-		{crawl, "proxies", "", "delete", false},
-		{crawl, "proxies", "", "deletecollection", false},
-		{crawl, "proxies", "status", "patch", false},
-		{crawl, "proxies", "status", "update", false},
-		{"", "events", "", "delete", false},
-		{"", "events", "", "update", false},
-		{"events.k8s.io", "events", "", "delete", false},
-		{"", "secrets", "", "get", false},
-		{"", "secrets", "", "list", false},
-		{"", "pods", "", "create", false},
-		{"", "pods", "", "delete", false},
-		{"", "configmaps", "", "get", false},
-		{"metacontroller.k8s.io", "compositecontrollers", "", "update", false},
-		{"rbac.authorization.k8s.io", "clusterroles", "", "escalate", false},
+		{crawl, "proxies", "", "get", false, "", ""},
+		{crawl, "proxies", "", "create", false, "", ""},
+		{crawl, "proxies", "", "update", false, "", ""},
+		{crawl, "proxies", "", "delete", false, "", ""},
+		{crawl, "proxies", "", "deletecollection", false, "", ""},
+		{crawl, "proxies", "status", "patch", false, "", ""},
+		{crawl, "proxies", "status", "update", false, "", ""},
+		{crawl, "proxypools", "", "get", false, "", ""},
+		{crawl, "proxypools", "", "patch", false, "", ""},
+		{crawl, "proxypools", "", "delete", false, "", ""},
+		{crawl, "proxypools", "status", "update", false, "", ""},
+		{"", "events", "", "delete", false, "", ""},
+		{"", "events", "", "update", false, "", ""},
+		{"events.k8s.io", "events", "", "delete", false, "", ""},
+		{"", "secrets", "", "get", false, "", ""},
+		{"", "secrets", "", "list", false, "", ""},
+		{"", "secrets", "", "create", false, "", ""},
+		// The hook credentials (decision 0181): get exactly the two Secrets in the operator's
+		// namespace, create Secrets there (create cannot be limited by name), nothing more.
+		{"", "secrets", "", "get", true, namespace, "proxy-operator-hooks-tls"},
+		{"", "secrets", "", "get", true, namespace, "proxy-operator-hooks-token"},
+		{"", "secrets", "", "get", false, namespace, "proxy-operator-discovery"},
+		{"", "secrets", "", "create", true, namespace, ""},
+		{"", "secrets", "", "list", false, namespace, ""},
+		{"", "secrets", "", "update", false, namespace, "proxy-operator-hooks-token"},
+		{"", "secrets", "", "delete", false, namespace, "proxy-operator-hooks-token"},
+		// Annotate the two CompositeControllers once the Secrets exist, nothing else.
+		{"metacontroller.k8s.io", "compositecontrollers", "", "patch", true, "-", "proxy-operator"},
+		{"metacontroller.k8s.io", "compositecontrollers", "", "patch", true, "-", "proxy-operator-pools"},
+		{"metacontroller.k8s.io", "compositecontrollers", "", "patch", false, "-", "someone-elses"},
+		{"", "pods", "", "create", false, "", ""},
+		{"", "pods", "", "delete", false, "", ""},
+		{"", "configmaps", "", "get", false, "", ""},
+		{"metacontroller.k8s.io", "compositecontrollers", "", "update", false, "", ""},
+		{"rbac.authorization.k8s.io", "clusterroles", "", "escalate", false, "", ""},
 	}
 	review := func(ctx context.Context, ch check) (bool, string, error) {
 		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
 			User:   operatorSA,
 			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"},
 			ResourceAttributes: &authorizationv1.ResourceAttributes{
-				Namespace: "crawlers", Verb: ch.verb, Group: ch.group, Version: "*", Resource: ch.resource, Subresource: ch.subresource,
+				Namespace: ch.ns, Name: ch.name, Verb: ch.verb, Group: ch.group, Version: "*", Resource: ch.resource, Subresource: ch.subresource,
 			},
 		}}
+		switch ch.ns {
+		case "":
+			sar.Spec.ResourceAttributes.Namespace = "crawlers"
+		case "-":
+			sar.Spec.ResourceAttributes.Namespace = ""
+		}
 		got, err := c.kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
 		if err != nil {
 			return false, "", err
@@ -361,6 +426,12 @@ func testRBAC(ctx context.Context, t *testing.T, c *cluster) {
 		name := strings.TrimPrefix(ch.group+"/", "/") + ch.resource
 		if ch.subresource != "" {
 			name += "/" + ch.subresource
+		}
+		if ch.name != "" {
+			name += " " + ch.name
+		}
+		if ch.ns != "" && ch.ns != "-" {
+			name += " in " + ch.ns
 		}
 		t.Run(ch.verb+" "+name, func(t *testing.T) {
 			allowed, reason, err := review(ctx, ch)

@@ -27,6 +27,7 @@ import (
 
 	"github.com/proxy-operator/proxy-operator/providers/factory"
 	"github.com/proxy-operator/proxy-operator/server/hooks"
+	"github.com/proxy-operator/proxy-operator/server/hooks/hookauth"
 )
 
 const (
@@ -169,7 +170,74 @@ type compositeController struct {
 				Timeout string `json:"timeout"`
 			} `json:"webhook"`
 		} `json:"hooks"`
+		// EndpointConfigs: TLS and auth matched by the hook URL's host (same file, type
+		// EndpointConfig).
+		EndpointConfigs []struct {
+			Host     string `json:"host"`
+			CABundle struct {
+				SecretRef secretKeyRef `json:"secretRef"`
+			} `json:"caBundle"`
+			Authorization struct {
+				Type      string       `json:"type"`
+				SecretRef secretKeyRef `json:"secretRef"`
+			} `json:"authorization"`
+		} `json:"endpointConfigs"`
 	} `json:"spec"`
+}
+
+// secretKeyRef is Metacontroller's SecretKeyRef (and ResourceKeyRef).
+type secretKeyRef struct {
+	Name      string `json:"name"`
+	Namespace string `json:"namespace"`
+	Key       string `json:"key"`
+}
+
+// checkHookAuth: the hook at u is called over TLS, and the CompositeController's endpointConfigs
+// entry for u's host points Metacontroller at the Secrets the operator makes in its own
+// namespace (-hooks-secrets-namespace $(POD_NAMESPACE)), whose certificate names u's host.
+func checkHookAuth(t *testing.T, hook string, u *url.URL, cc compositeController, c corev1.Container, ns string) {
+	t.Helper()
+	if u.Scheme != "https" {
+		t.Errorf("%s url %s is not https", hook, u)
+	}
+	found := 0
+	for _, ec := range cc.Spec.EndpointConfigs {
+		if ec.Host != u.Host {
+			continue
+		}
+		found++
+		if want := (secretKeyRef{hookauth.TLSSecret, ns, "ca.crt"}); ec.CABundle.SecretRef != want {
+			t.Errorf("%s: caBundle.secretRef %+v, want %+v", hook, ec.CABundle.SecretRef, want)
+		}
+		if want := (secretKeyRef{hookauth.TokenSecret, ns, hookauth.TokenKey}); ec.Authorization.SecretRef != want {
+			t.Errorf("%s: authorization.secretRef %+v, want %+v", hook, ec.Authorization.SecretRef, want)
+		}
+		if ec.Authorization.Type != "Bearer" {
+			t.Errorf("%s: authorization.type %q, want Bearer", hook, ec.Authorization.Type)
+		}
+	}
+	if found != 1 {
+		t.Errorf("%s: %d endpointConfigs entries for host %q, want 1", hook, found, u.Host)
+	}
+	if v, ok := argValue(c.Args, "-hooks-secrets-namespace"); !ok || v != "$(POD_NAMESPACE)" {
+		t.Errorf("container args %q: -hooks-secrets-namespace = %q, want $(POD_NAMESPACE)", c.Args, v)
+	}
+	podNS := false
+	for _, e := range c.Env {
+		if e.Name == "POD_NAMESPACE" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.namespace" {
+			podNS = true
+		}
+	}
+	if !podNS {
+		t.Error("POD_NAMESPACE does not come from the downward API (metadata.namespace)")
+	}
+	svc, ok := argValue(c.Args, "-hooks-service")
+	if !ok {
+		svc = hookauth.DefaultService
+	}
+	if !slices.Contains(hookauth.DNSNames(svc, ns), u.Hostname()) {
+		t.Errorf("%s: the generated certificate names %v, not the URL's host %q", hook, hookauth.DNSNames(svc, ns), u.Hostname())
+	}
 }
 
 // TestEveryObjectParses decodes each rendered object strictly into its Kubernetes type and checks
@@ -187,6 +255,8 @@ func TestEveryObjectParses(t *testing.T) {
 		"Deployment/proxy-operator/" + deployment,
 		"Namespace//proxy-operator",
 		"NetworkPolicy/proxy-operator/proxy-operator",
+		"Role/proxy-operator/proxy-operator-hook-credentials",
+		"RoleBinding/proxy-operator/proxy-operator-hook-credentials",
 		"Service/proxy-operator/" + discService,
 		"Service/proxy-operator/" + hookService,
 		"ServiceAccount/proxy-operator/proxy-operator",
@@ -201,6 +271,8 @@ func TestEveryObjectParses(t *testing.T) {
 		"Deployment":          func() any { return &appsv1.Deployment{} },
 		"Namespace":           func() any { return &corev1.Namespace{} },
 		"NetworkPolicy":       func() any { return &networkingv1.NetworkPolicy{} },
+		"Role":                func() any { return &rbacv1.Role{} },
+		"RoleBinding":         func() any { return &rbacv1.RoleBinding{} },
 		"Service":             func() any { return &corev1.Service{} },
 		"ServiceAccount":      func() any { return &corev1.ServiceAccount{} },
 		"CompositeController": func() any { return &compositeController{} },
@@ -409,6 +481,7 @@ func TestWiringAgrees(t *testing.T) {
 				if v := cc.Spec.Hooks[name].Version; v != "v2" {
 					t.Errorf("%s hook version = %q, want v2 (the server accepts v2 keys)", name, v)
 				}
+				checkHookAuth(t, name, u, cc, c, dep.Namespace)
 			}
 		})
 	}
@@ -424,6 +497,9 @@ func TestWiringAgrees(t *testing.T) {
 			if p == nil || p.HTTPGet == nil {
 				t.Errorf("%s probe missing or not httpGet", name)
 				continue
+			}
+			if p.HTTPGet.Scheme != corev1.URISchemeHTTPS {
+				t.Errorf("%s probe scheme %q, want HTTPS (the hook listener serves TLS)", name, p.HTTPGet.Scheme)
 			}
 			if got := containerPort(t, c, p.HTTPGet.Port); got != hookPort {
 				t.Errorf("%s probe port %d, want the hook port %d", name, got, hookPort)
@@ -639,12 +715,14 @@ func TestWiringAgrees(t *testing.T) {
 		}
 	})
 
-	t.Run("RBAC: list, watch and patch proxies, record events, nothing else", func(t *testing.T) {
+	t.Run("RBAC: list, watch and patch proxies, record events, annotate the two controllers, the hook Secrets, nothing else", func(t *testing.T) {
 		// What these rules grant is checked on a real API server by SubjectAccessReview in
 		// TestKustomizationAppliesToAPIServer.
 		want := []rbacv1.PolicyRule{
 			{APIGroups: []string{"crawl.example.com"}, Resources: []string{"proxies"}, Verbs: []string{"list", "watch", "patch"}},
 			{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+			{APIGroups: []string{"metacontroller.k8s.io"}, Resources: []string{"compositecontrollers"},
+				ResourceNames: hookauth.DefaultControllers, Verbs: []string{"patch"}},
 		}
 		if diff := cmp.Diff(want, role.Rules); diff != "" {
 			t.Errorf("ClusterRole rules (-want +got):\n%s", diff)
@@ -656,6 +734,23 @@ func TestWiringAgrees(t *testing.T) {
 		wantSubj := []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa.Name, Namespace: sa.Namespace}}
 		if diff := cmp.Diff(wantSubj, binding.Subjects); diff != "" {
 			t.Errorf("subjects (-want +got):\n%s", diff)
+		}
+		var secrets rbacv1.Role
+		var secretsBinding rbacv1.RoleBinding
+		r.get(t, "Role/"+namespace+"/proxy-operator-hook-credentials", &secrets)
+		r.get(t, "RoleBinding/"+namespace+"/proxy-operator-hook-credentials", &secretsBinding)
+		wantSecrets := []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{hookauth.TLSSecret, hookauth.TokenSecret}, Verbs: []string{"get"}},
+			{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}},
+		}
+		if diff := cmp.Diff(wantSecrets, secrets.Rules); diff != "" {
+			t.Errorf("hook credentials Role rules (-want +got):\n%s", diff)
+		}
+		if diff := cmp.Diff(wantSubj, secretsBinding.Subjects); diff != "" {
+			t.Errorf("hook credentials RoleBinding subjects (-want +got):\n%s", diff)
+		}
+		if secretsBinding.RoleRef.Name != secrets.Name || secretsBinding.RoleRef.Kind != "Role" {
+			t.Errorf("hook credentials RoleBinding roleRef %+v", secretsBinding.RoleRef)
 		}
 	})
 }

@@ -1,10 +1,12 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,6 +20,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/server/discovery"
 	"github.com/proxy-operator/proxy-operator/server/gateway"
 	"github.com/proxy-operator/proxy-operator/server/hooks"
+	"github.com/proxy-operator/proxy-operator/server/hooks/hookauth"
 )
 
 // Config is everything the operator process is told from outside, one struct per concern.
@@ -67,6 +70,65 @@ type HooksConfig struct {
 	BodyReadTimeout time.Duration
 	// ProviderTimeout bounds each provider call a hook makes.
 	ProviderTimeout time.Duration
+
+	// Where the listener's TLS certificate and bearer token come from (decision 0180), at most
+	// one of: Credentials; the three files; SecretsNamespace. None of them serves plain HTTP
+	// without a token, as Insecure says: the flags (RequireCredentials) refuse that unless
+	// -hooks-insecure is given, a Config built in process does not.
+	// Credentials, when set, are used as they are (tests).
+	Credentials *hookauth.Credentials
+	// TLSCertFile, TLSKeyFile and TokenFile are PEM files and a one-line token file (e.g.
+	// mounted from cert-manager's Secret and one of your own).
+	TLSCertFile, TLSKeyFile, TokenFile string
+	// SecretsNamespace, when set, is where the operator keeps both in two Secrets, creating
+	// each that is absent (hookauth.EnsureSecrets); it needs a Kubernetes client. Service is
+	// the hook Service whose DNS names a generated certificate carries (empty:
+	// hookauth.DefaultService).
+	SecretsNamespace, Service string
+	// Insecure serves plain HTTP without a token (make run, the quickstart); it excludes
+	// every source above.
+	Insecure bool
+}
+
+// sources are the credential sources set, by flag name.
+func (h HooksConfig) sources() []string {
+	var s []string
+	if h.Credentials != nil {
+		s = append(s, "Credentials")
+	}
+	if h.TLSCertFile != "" || h.TLSKeyFile != "" || h.TokenFile != "" {
+		s = append(s, "-hooks-tls-cert/-hooks-tls-key/-hooks-token-file")
+	}
+	if h.SecretsNamespace != "" {
+		s = append(s, "-hooks-secrets-namespace")
+	}
+	return s
+}
+
+// Validate says which credential settings contradict each other.
+func (h HooksConfig) Validate() error {
+	src := h.sources()
+	switch {
+	case h.Insecure && len(src) > 0:
+		return fmt.Errorf("-hooks-insecure and %s exclude each other: give one", strings.Join(src, " and "))
+	case len(src) > 1:
+		return fmt.Errorf("hook credentials from %s: give one source", strings.Join(src, " and "))
+	case (h.TLSCertFile != "" || h.TLSKeyFile != "" || h.TokenFile != "") && (h.TLSCertFile == "" || h.TLSKeyFile == "" || h.TokenFile == ""):
+		return fmt.Errorf("-hooks-tls-cert, -hooks-tls-key and -hooks-token-file go together: give all three")
+	}
+	return nil
+}
+
+// RequireCredentials refuses hooks that would serve without TLS and a token when
+// -hooks-insecure does not ask for it. It is checked where flags become a Config, not in New,
+// so a Config built in process (tests) serves plain HTTP as before (decision 0180).
+func (h HooksConfig) RequireCredentials() error {
+	if h.Insecure || len(h.sources()) > 0 {
+		return nil
+	}
+	return errors.New("the hooks have no TLS certificate and token: give -hooks-secrets-namespace NAMESPACE (the operator keeps them in Secrets there, " +
+		"as the shipped install does) or -hooks-tls-cert, -hooks-tls-key and -hooks-token-file, " +
+		"or pass -hooks-insecure to serve them over plain HTTP without a token (only on a trusted address such as 127.0.0.1)")
 }
 
 // CaptureConfig is the hook capture for replay (debugging).
@@ -135,6 +197,9 @@ type LeaseConfig struct {
 	// (redisstore.Config.WaitReplicas).
 	CAFile, CertFile, KeyFile string
 	WaitReplicas              int
+	// MaxPerToken bounds the live leases one discovery token holds in one namespace, when
+	// more than one token is configured (decision 0201); 0: no bound.
+	MaxPerToken int
 	// Observe, when set, sees every change of the lease store under its lock (tests; the
 	// in-memory store only).
 	Observe func(lease.Event)
@@ -230,7 +295,8 @@ func Defaults() Config {
 
 // DefaultLease is the lease policy the flags show when none is given.
 func DefaultLease() LeaseConfig {
-	return LeaseConfig{MaxTTL: discovery.DefaultMaxLeaseTTL, Cooldown: 15 * time.Minute, BanCooldown: time.Hour, MaxCooldown: 24 * time.Hour}
+	return LeaseConfig{MaxTTL: discovery.DefaultMaxLeaseTTL, Cooldown: 15 * time.Minute, BanCooldown: time.Hour, MaxCooldown: 24 * time.Hour,
+		MaxPerToken: lease.DefaultMaxLeasesPerHolder}
 }
 
 // orDuration sets *v to def when it is zero.
@@ -279,6 +345,9 @@ func (c Config) Validate() error {
 	if c.Hooks.ProviderTimeout <= 0 || c.Hooks.MaxBodyBytes <= 0 || c.FleetWarmup < 0 {
 		return fmt.Errorf("-provider-timeout and -max-hook-body-bytes must be positive, -fleet-warmup not negative")
 	}
+	if err := c.Hooks.Validate(); err != nil {
+		return err
+	}
 	if err := c.Lease.Validate(); err != nil {
 		return err
 	}
@@ -304,6 +373,9 @@ func (c Config) Validate() error {
 func (l LeaseConfig) Validate() error {
 	if l.MaxTTL <= 0 || l.Cooldown <= 0 || l.BanCooldown <= 0 || l.MaxCooldown < l.BanCooldown || l.MaxCooldown < l.Cooldown {
 		return fmt.Errorf("-lease-max-ttl and the cooldowns must be positive, -lease-max-cooldown at least each cooldown")
+	}
+	if l.MaxPerToken < 0 {
+		return fmt.Errorf("-lease-max-per-token %d is negative (0: no bound)", l.MaxPerToken)
 	}
 	return nil
 }

@@ -44,6 +44,8 @@ func (o *Operator) checkDemo() error {
 		return fmt.Errorf("-demo-proxies %d: want 0 to %d", n, MaxDemoProxies)
 	case o.kube != nil:
 		return errDemoNeedsNoCluster
+	case o.hookCreds != nil:
+		return errors.New("-demo-proxies plays Metacontroller over plain HTTP: it needs -hooks-insecure")
 	}
 	for _, e := range o.providers.Entries() {
 		if e.Name == demoProvider && e.Type == "mock" {

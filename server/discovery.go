@@ -23,7 +23,11 @@ import (
 type DiscoveryConfig struct {
 	Discovery DiscoveryAPIConfig
 	// Lease.Store is required (the Redis the operator fills).
-	Lease         LeaseConfig
+	Lease LeaseConfig
+	// Egress is the policy every record read from Redis is checked against before it is
+	// leased (the operator's flags of the same names; mock providers' loopback exception
+	// needs -allow-loopback-proxies here).
+	Egress        EgressConfig
 	ShutdownGrace time.Duration
 	Log           *slog.Logger
 }
@@ -50,13 +54,7 @@ func (c DiscoveryConfig) Validate() error {
 
 // Discovery is an assembled discovery-only process. Build it with NewDiscovery, serve it with
 // Run (once).
-type Discovery struct {
-	cfg     DiscoveryConfig
-	log     *slog.Logger
-	backend *redisBackend
-	srv     *http.Server
-	ln      net.Listener
-}
+type Discovery struct{ replica }
 
 // RunDiscovery builds the discovery process from c and serves it until ctx ends.
 func RunDiscovery(ctx context.Context, c DiscoveryConfig) error {
@@ -88,58 +86,41 @@ func NewDiscovery(cfg DiscoveryConfig) (*Discovery, error) {
 	if err != nil {
 		return nil, err
 	}
-	b, err := newRedisBackend(cfg.Lease, log)
+	ln, err := net.Listen("tcp", cfg.Discovery.Addr)
 	if err != nil {
+		return nil, fmt.Errorf("discovery listener: %w", err)
+	}
+	admit, err := admitBy(cfg.Egress, nil, []string{cfg.Discovery.Addr, ln.Addr().String()})
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	b, err := newRedisBackend(cfg.Lease, admit, log)
+	if err != nil {
+		ln.Close()
 		return nil, err
 	}
 	// The replica's own metrics (its requests, latencies, refusals), served beside the API on
 	// its listener at /metrics, outside /v1 and its token, as the operator's hook listener does.
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	b.register(reg)
 	disc := &discovery.Discovery{Fleet: b.reader, Health: b.reader, Leases: b.store, Tokens: tokens, Insecure: cfg.Discovery.Insecure,
 		Log: log.With("component", "discovery"), Registerer: reg, MaxTTL: cfg.Lease.MaxTTL}
-	ln, err := net.Listen("tcp", cfg.Discovery.Addr)
-	if err != nil {
-		b.close()
-		return nil, fmt.Errorf("discovery listener: %w", err)
-	}
 	srv := disc.Server("")
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.Handle("/", srv.Handler)
 	srv.Handler = mux
-	return &Discovery{cfg: cfg, log: log, backend: b, srv: srv, ln: ln}, nil
+	return &Discovery{replica{log: log, grace: cfg.ShutdownGrace, backend: b, servers: []served{{"discovery", srv, ln}}}}, nil
 }
 
 // Addr is the bound address of the discovery listener.
-func (d *Discovery) Addr() string { return d.ln.Addr().String() }
+func (d *Discovery) Addr() string { return d.servers[0].ln.Addr().String() }
 
 // Run serves until ctx ends, with the reader and the store's sweep running beside it, then
 // shuts down within ShutdownGrace.
 func (d *Discovery) Run(ctx context.Context) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	defer d.backend.close()
 	d.log.Info("listening", "discovery", d.Addr())
-	errc := make(chan error, 3)
-	go func() { errc <- fmt.Errorf("discovery server: %w", d.srv.Serve(d.ln)) }()
-	loops := []func(context.Context) error{d.backend.reader.Run, d.backend.store.Run}
-	waitLoops := startLoops(ctx, errc, loops)
-	var runErr error
-	select {
-	case runErr = <-errc:
-	case <-ctx.Done():
-	}
-	d.log.Info("shutting down")
-	sctx, scancel := context.WithTimeout(context.Background(), d.cfg.ShutdownGrace)
-	defer scancel()
-	if err := d.srv.Shutdown(sctx); err != nil && runErr == nil {
-		runErr = fmt.Errorf("discovery server shutdown: %w", err)
-	}
-	cancel()
-	waitLoops()
-	if errors.Is(runErr, http.ErrServerClosed) {
-		runErr = nil
-	}
-	return runErr
+	return d.run(ctx)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/health/mark"
 	"github.com/proxy-operator/proxy-operator/internal/kube"
 	"github.com/proxy-operator/proxy-operator/internal/netpolicy"
+	"github.com/proxy-operator/proxy-operator/server/hooks/hookauth"
 )
 
 // This file binds every flag to the field of the config struct it sets, once: the operator
@@ -46,6 +47,7 @@ func (c *GatewayConfig) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.TokenFile, "discovery-token-file", c.TokenFile, "file of discovery API tokens, the proxy passwords: one per line, or scoped YAML (wins over DISCOVERY_TOKEN); without a token the process does not start")
 	fs.BoolVar(&c.Insecure, "discovery-insecure", c.Insecure, "serve the gateway without a token (only on a trusted address such as 127.0.0.1)")
 	c.Lease.bindFlags(fs, " (required)")
+	c.Egress.bindFlags(fs)
 	bindShutdownGrace(fs, &c.ShutdownGrace)
 }
 
@@ -53,6 +55,7 @@ func (c *GatewayConfig) BindFlags(fs *flag.FlagSet) {
 func (c *DiscoveryConfig) BindFlags(fs *flag.FlagSet) {
 	c.Discovery.bindFlags(fs)
 	c.Lease.bindFlags(fs, " (required)")
+	c.Egress.bindFlags(fs)
 	bindShutdownGrace(fs, &c.ShutdownGrace)
 }
 
@@ -66,6 +69,13 @@ func (h *HooksConfig) bindFlags(fs *flag.FlagSet) {
 	fs.Int64Var(&h.MaxBodyBytes, "max-hook-body-bytes", h.MaxBodyBytes, "largest hook request body accepted (413 beyond)")
 	fs.Var((*bytesValue)(&h.MemoryLimit), "hook-memory-limit", "memory limit the hook body budget is sized from, a quarter of it (e.g. 256Mi; default: GOMEMLIMIT, else the cgroup's memory.max, else 1Gi)")
 	fs.DurationVar(&h.BodyReadTimeout, "hook-body-read-timeout", h.BodyReadTimeout, "time allowed to receive one hook request body (408 beyond)")
+	fs.StringVar(&h.SecretsNamespace, "hooks-secrets-namespace", h.SecretsNamespace, "namespace where the operator keeps the hooks' TLS certificate and bearer token in the Secrets "+
+		hookauth.TLSSecret+" and "+hookauth.TokenSecret+", creating each that is absent (the shipped install: its own namespace); needs a Kubernetes client")
+	fs.StringVar(&h.Service, "hooks-service", hookauth.DefaultService, "name of the hook Service whose DNS names (NAME.NAMESPACE.svc...) a certificate generated for -hooks-secrets-namespace carries")
+	fs.StringVar(&h.TLSCertFile, "hooks-tls-cert", h.TLSCertFile, "PEM certificate (chain) the hooks serve TLS with, e.g. from cert-manager (with -hooks-tls-key and -hooks-token-file)")
+	fs.StringVar(&h.TLSKeyFile, "hooks-tls-key", h.TLSKeyFile, "PEM private key of -hooks-tls-cert")
+	fs.StringVar(&h.TokenFile, "hooks-token-file", h.TokenFile, "file holding the bearer token every hook call must carry (Metacontroller's authorization.secretRef; at least 16 characters)")
+	fs.BoolVar(&h.Insecure, "hooks-insecure", h.Insecure, "serve the hooks over plain HTTP without a token (make run and the quickstart; only on a trusted address such as 127.0.0.1)")
 }
 
 func (c *CaptureConfig) bindFlags(fs *flag.FlagSet) {
@@ -98,6 +108,7 @@ func (l *LeaseConfig) bindFlags(fs *flag.FlagSet, storeNote string) {
 	fs.StringVar(&l.CertFile, "lease-store-cert-file", l.CertFile, "client certificate for a rediss lease store that asks for one (with -lease-store-key-file)")
 	fs.StringVar(&l.KeyFile, "lease-store-key-file", l.KeyFile, "private key of -lease-store-cert-file")
 	fs.IntVar(&l.WaitReplicas, "lease-store-wait-replicas", l.WaitReplicas, "replicas that must confirm every lease change (Redis WAIT) before it is answered, so a Sentinel failover loses no acknowledged grant; 0: do not wait")
+	fs.IntVar(&l.MaxPerToken, "lease-max-per-token", l.MaxPerToken, "most live leases one discovery token holds in one namespace, when more than one token is configured (beyond: 429); 0: no bound")
 	fs.StringVar(&l.StorePrefix, "lease-store-prefix", l.StorePrefix, "prefix of every Redis key of the lease store (empty: \"{proxy-operator}:\"); give each operator sharing one Redis database its own, with its discovery replicas using the same; keep a {hash tag} for Redis Cluster")
 }
 

@@ -32,7 +32,10 @@ type GatewayConfig struct {
 	TokenFile string
 	Insecure  bool
 	// Lease.Store is required (the Redis the operator fills).
-	Lease         LeaseConfig
+	Lease LeaseConfig
+	// Egress is the policy every record read from Redis is checked against before the
+	// gateway leases it (as DiscoveryConfig.Egress).
+	Egress        EgressConfig
 	ShutdownGrace time.Duration
 	Log           *slog.Logger
 }
@@ -74,15 +77,7 @@ func RunGateway(ctx context.Context, c GatewayConfig) error {
 
 // Gateway is an assembled gateway-only process. Build it with NewGateway, serve it with Run
 // (once).
-type Gateway struct {
-	cfg       GatewayConfig
-	log       *slog.Logger
-	backend   *redisBackend
-	srv       *http.Server
-	ln        net.Listener
-	metrics   *http.Server
-	metricsLn net.Listener
-}
+type Gateway struct{ replica }
 
 // NewGateway builds the store, the reader and the server and binds the listeners. Redis need
 // not be reachable yet.
@@ -103,17 +98,22 @@ func NewGateway(cfg GatewayConfig) (_ *Gateway, err error) {
 	if err != nil {
 		return nil, err
 	}
-	g := &Gateway{cfg: cfg, log: log}
+	g := &Gateway{replica{log: log, grace: cfg.ShutdownGrace}}
 	defer func() {
 		if err != nil {
 			g.close()
 		}
 	}()
-	if g.backend, err = newRedisBackend(cfg.Lease, log); err != nil {
+	admit, err := admitBy(cfg.Egress, nil, []string{cfg.Gateway.Addr, cfg.MetricsAddr})
+	if err != nil {
+		return nil, err
+	}
+	if g.backend, err = newRedisBackend(cfg.Lease, admit, log); err != nil {
 		return nil, err
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	g.backend.register(reg)
 	gw := &gateway.Gateway{Leases: g.backend.store, Fleet: g.backend.reader, Tokens: tokens, Insecure: cfg.Insecure,
 		Log: log.With("component", "gateway"), Registerer: reg}
 	if err := cfg.Gateway.Apply(gw); err != nil {
@@ -123,73 +123,35 @@ func NewGateway(cfg GatewayConfig) (_ *Gateway, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway listener: %w", err)
 	}
-	g.srv, g.ln = gw.Server(), gw.Listener(ln)
+	g.servers = append(g.servers, served{"gateway", gw.Server(), gw.Listener(ln)})
 	if cfg.MetricsAddr != "" {
-		if g.metricsLn, err = net.Listen("tcp", cfg.MetricsAddr); err != nil {
+		mln, err := net.Listen("tcp", cfg.MetricsAddr)
+		if err != nil {
 			return nil, fmt.Errorf("metrics listener: %w", err)
 		}
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
-		g.metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
-			WriteTimeout: 15 * time.Second, IdleTimeout: time.Minute, MaxHeaderBytes: 16 << 10}
+		g.servers = append(g.servers, served{"metrics", &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second,
+			ReadTimeout: 10 * time.Second, WriteTimeout: 15 * time.Second, IdleTimeout: time.Minute, MaxHeaderBytes: 16 << 10}, mln})
 	}
 	return g, nil
 }
 
-func (g *Gateway) close() {
-	for _, ln := range []net.Listener{g.ln, g.metricsLn} {
-		if ln != nil {
-			_ = ln.Close()
-		}
-	}
-	if g.backend != nil {
-		g.backend.close()
-	}
-}
-
 // Addr is the bound address of the gateway listener.
-func (g *Gateway) Addr() string { return g.ln.Addr().String() }
+func (g *Gateway) Addr() string { return g.servers[0].ln.Addr().String() }
 
 // MetricsAddr is the bound address of the metrics listener ("" without one).
 func (g *Gateway) MetricsAddr() string {
-	if g.metricsLn == nil {
+	if len(g.servers) < 2 {
 		return ""
 	}
-	return g.metricsLn.Addr().String()
+	return g.servers[1].ln.Addr().String()
 }
 
 // Run serves until ctx ends, with the reader and the store's sweep running beside it, then
 // shuts down within ShutdownGrace (open tunnels are cut when the process exits).
 func (g *Gateway) Run(ctx context.Context) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	defer g.close()
 	g.log.Info("listening", "gateway", g.Addr(), "metrics", g.MetricsAddr())
-	errc := make(chan error, 4)
-	go func() { errc <- fmt.Errorf("gateway server: %w", g.srv.Serve(g.ln)) }()
-	if g.metrics != nil {
-		go func() { errc <- fmt.Errorf("metrics server: %w", g.metrics.Serve(g.metricsLn)) }()
-	}
-	waitLoops := startLoops(ctx, errc, []func(context.Context) error{g.backend.reader.Run, g.backend.store.Run})
-	var runErr error
-	select {
-	case runErr = <-errc:
-	case <-ctx.Done():
-	}
-	g.log.Info("shutting down")
-	sctx, scancel := context.WithTimeout(context.Background(), g.cfg.ShutdownGrace)
-	defer scancel()
-	if err := g.srv.Shutdown(sctx); err != nil && runErr == nil {
-		runErr = fmt.Errorf("gateway server shutdown: %w", err)
-	}
-	if g.metrics != nil {
-		_ = g.metrics.Shutdown(sctx)
-	}
-	cancel()
-	waitLoops()
-	if errors.Is(runErr, http.ErrServerClosed) {
-		runErr = nil
-	}
-	return runErr
+	return g.run(ctx)
 }

@@ -76,7 +76,8 @@ func TestGatewayProcessesOverOneRedis(t *testing.T) {
 	done := make(chan error, 2)
 	for range 2 {
 		g, err := NewGateway(GatewayConfig{Gateway: gateway.Config{Addr: "127.0.0.1:0"}, MetricsAddr: "127.0.0.1:0",
-			Token: "gateway-process-token", Lease: LeaseConfig{Store: "redis://" + srv.Addr}})
+			Token: "gateway-process-token", Lease: LeaseConfig{Store: "redis://" + srv.Addr},
+			Egress: EgressConfig{AllowLoopback: true}}) // the proxies live on 127.0.0.6x
 		if err != nil {
 			t.Fatal(err)
 		}

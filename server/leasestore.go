@@ -5,8 +5,12 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
+	"github.com/proxy-operator/proxy-operator/internal/fleet"
+	"github.com/proxy-operator/proxy-operator/internal/netpolicy"
 	"github.com/proxy-operator/proxy-operator/lease"
 	"github.com/proxy-operator/proxy-operator/lease/redisstore"
 )
@@ -20,7 +24,8 @@ type redisBackend struct {
 	pub    *redisstore.Publisher
 }
 
-func newRedisBackend(s LeaseConfig, log *slog.Logger) (*redisBackend, error) {
+// admit is the egress check every record read from Redis passes before it is leased.
+func newRedisBackend(s LeaseConfig, admit func(fleet.Proxy) error, log *slog.Logger) (*redisBackend, error) {
 	redis.SetLogger(redisLog{log.With("component", "redis-client")})
 	client, err := redisstore.NewClient(redisstore.ClientConfig{URL: s.Store, PasswordFile: s.PasswordFile,
 		CAFile: s.CAFile, CertFile: s.CertFile, KeyFile: s.KeyFile})
@@ -29,7 +34,7 @@ func newRedisBackend(s LeaseConfig, log *slog.Logger) (*redisBackend, error) {
 	}
 	store, err := redisstore.New(redisstore.Config{Client: client, WaitReplicas: s.WaitReplicas, Prefix: s.StorePrefix,
 		RateLimitedCooldown: s.Cooldown, BannedCooldown: s.BanCooldown, MaxCooldown: s.MaxCooldown,
-		Log: log.With("component", "lease-store")})
+		MaxLeasesPerHolder: s.MaxPerToken, Admit: admit, Log: log.With("component", "lease-store")})
 	if err != nil {
 		client.Close()
 		return nil, err
@@ -74,12 +79,51 @@ func appendOnly(ctx context.Context, client redis.UniversalClient) string {
 func (b *redisBackend) publisher(view interface {
 	lease.Fleet
 	Complete() bool
-}, health lease.Health, log *slog.Logger) {
+}, health lease.Health, preferBand bool, log *slog.Logger) {
 	b.pub = redisstore.NewPublisher(redisstore.PublisherConfig{Store: b.store, Fleet: view, Health: health,
-		Complete: view.Complete, Log: log.With("component", "lease-store")})
+		Complete: view.Complete, PreferBand: preferBand, Log: log.With("component", "lease-store")})
+}
+
+// admitBy is the egress check of a proxy record before it is leased: the policy of e, with
+// the process's own listeners (own) and the mock providers' loopback exception
+// (loopbackProviders) as the operator has them.
+func admitBy(e EgressConfig, loopbackProviders, own []string) (func(fleet.Proxy) error, error) {
+	var listeners []string
+	for _, a := range own {
+		if a != "" {
+			listeners = append(listeners, a)
+		}
+	}
+	policy, err := netpolicy.New(netpolicy.Config{AllowLoopback: e.AllowLoopback, LoopbackProviders: loopbackProviders,
+		ExternalCIDRs: e.ExternalCIDRs, OwnListeners: listeners})
+	if err != nil {
+		return nil, err
+	}
+	return admitWith(policy), nil
+}
+
+// admitWith is the egress check of a proxy record under policy.
+func admitWith(policy *netpolicy.Policy) func(fleet.Proxy) error {
+	return func(p fleet.Proxy) error {
+		return policy.CheckHost(p.IP, uint16(p.Port), netpolicy.Dest{External: p.Mode == v1.ModeExternal, Provider: p.Provider})
+	}
 }
 
 func (b *redisBackend) close() { _ = b.client.Close() }
+
+// register exports the store's own counters on reg.
+func (b *redisBackend) register(reg prometheus.Registerer) { registerDenied(reg, b.store) }
+
+// registerDenied exports how many proxy records the egress policy denied at lease time.
+func registerDenied(reg prometheus.Registerer, s interface{ DeniedRecords() uint64 }) {
+	if reg == nil {
+		return
+	}
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "proxy_operator_lease_records_denied_total",
+		Help: "Proxy records the egress policy denied at lease time, never handed out (Redis store: grants given back; in memory: record versions).",
+	}, func() float64 { return float64(s.DeniedRecords()) }))
+}
 
 // redisLog routes the Redis client's own messages (dial failures while Redis is out) into the
 // process log instead of bare lines on stderr. It is the client library's one global.

@@ -19,7 +19,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"k8s.io/client-go/dynamic"
 
-	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/health"
 	"github.com/proxy-operator/proxy-operator/health/geoip"
 	"github.com/proxy-operator/proxy-operator/health/mark"
@@ -27,6 +26,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
 	"github.com/proxy-operator/proxy-operator/internal/gc"
 	"github.com/proxy-operator/proxy-operator/internal/kube"
+	"github.com/proxy-operator/proxy-operator/internal/kube/parents"
 	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
 	"github.com/proxy-operator/proxy-operator/internal/netpolicy"
 	"github.com/proxy-operator/proxy-operator/lease"
@@ -36,6 +36,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/server/discovery/access"
 	"github.com/proxy-operator/proxy-operator/server/gateway"
 	"github.com/proxy-operator/proxy-operator/server/hooks"
+	"github.com/proxy-operator/proxy-operator/server/hooks/hookauth"
 	"github.com/proxy-operator/proxy-operator/server/hooks/membudget"
 	"github.com/proxy-operator/proxy-operator/server/hooks/poolhook"
 	"github.com/proxy-operator/proxy-operator/server/replay"
@@ -56,6 +57,7 @@ type Operator struct {
 	redis     *redisBackend // the store's Redis side when -lease-store is set
 	collector *gc.Collector
 	kube      *kube.Clients
+	parents   *parents.Cache // the API server's view of hook parents; nil without a client
 	marker    *mark.Marker
 	events    *events.Recorder
 
@@ -66,6 +68,8 @@ type Operator struct {
 	geo              *geoip.Resolver
 	gwSrv            *http.Server // nil without -gateway-addr
 	gwLn             net.Listener
+	// hookCreds are the hook listener's TLS certificate and token (nil: plain HTTP, no token).
+	hookCreds *hookauth.Credentials
 }
 
 // Run builds the operator from c (New) and serves it until ctx ends (Operator.Run).
@@ -112,6 +116,9 @@ func New(cfg Config) (_ *Operator, err error) {
 		return nil, err
 	}
 	if err := o.connect(); err != nil {
+		return nil, err
+	}
+	if err := o.loadHookCredentials(); err != nil {
 		return nil, err
 	}
 	if err := o.checkDemo(); err != nil {
@@ -270,9 +277,9 @@ func (o *Operator) buildHealth(reg prometheus.Registerer, egress *netpolicy.Poli
 	return nil
 }
 
-// buildHooks builds the Metacontroller hooks with their memory budget and, with -capture-dir,
-// the recorder of every call.
-func (o *Operator) buildHooks(reg prometheus.Registerer, egress *netpolicy.Policy) (*hooks.Hooks, error) {
+// buildHooks builds the Metacontroller hooks with their memory budget, with a cluster the API
+// server cache they check bodies against and, with -capture-dir, the recorder of every call.
+func (o *Operator) buildHooks(reg prometheus.Registerer, egress *netpolicy.Policy) (_ *hooks.Hooks, err error) {
 	cfg, log := o.cfg, o.log
 	h := &hooks.Hooks{
 		Providers:       o.providers,
@@ -287,11 +294,22 @@ func (o *Operator) buildHooks(reg prometheus.Registerer, egress *netpolicy.Polic
 		BodyReadTimeout: cfg.Hooks.BodyReadTimeout,
 		Egress:          egress,
 	}
+	if o.hookCreds != nil {
+		h.Token, h.TLS = o.hookCreds.Token, o.hookCreds.TLSConfig()
+	}
 	memLimit, memSource := membudget.Limit(cfg.Hooks.MemoryLimit)
 	h.Budget = membudget.ForLimit(memLimit, 0, 0, cfg.Hooks.MaxBodyBytes)
 	log.Info("hook memory budget", "bytes", h.Budget.Size(), "memoryLimit", memLimit, "from", memSource)
 	if o.events != nil {
 		h.Events = o.events
+	}
+	if o.kube != nil && o.kube.Dynamic != nil {
+		if o.parents, err = parents.New(o.kube.Dynamic, log.With("component", "parents")); err != nil {
+			return nil, err
+		}
+		h.Parents = o.parents
+	} else {
+		log.Warn("no Kubernetes client: hook bodies are trusted as sent (no API server check of uid, deletion or spec before a delete or an endpoint change)")
 	}
 	if cfg.Capture.Dir != "" {
 		rec, err := replay.NewRecorder(cfg.Capture.Dir, log)
@@ -324,18 +342,19 @@ func (o *Operator) buildLeases(disc *discovery.Discovery, egress *netpolicy.Poli
 			MaxCooldown:         cfg.Lease.MaxCooldown,
 			Observe:             cfg.Lease.Observe,
 			PreferBand:          !cfg.Quality.IgnoreBand,
-			Admit: func(p fleet.Proxy) error {
-				return egress.CheckHost(p.IP, uint16(p.Port), netpolicy.Dest{External: p.Mode == v1.ModeExternal, Provider: p.Provider})
-			},
+			MaxLeasesPerHolder:  cfg.Lease.MaxPerToken,
+			Admit:               admitWith(egress),
 		})
 		o.store = o.memory
+		registerDenied(disc.Registerer, o.memory)
 	} else {
 		// Discovery reads what the operator published, like every replica: after a restart it
 		// serves from Redis at once instead of waiting for the view to refill.
-		if o.redis, err = newRedisBackend(cfg.Lease, o.log); err != nil {
+		if o.redis, err = newRedisBackend(cfg.Lease, admitWith(egress), o.log); err != nil {
 			return err
 		}
-		o.redis.publisher(o.fleet, o.sched, o.log)
+		o.redis.publisher(o.fleet, o.sched, !cfg.Quality.IgnoreBand, o.log)
+		o.redis.register(disc.Registerer)
 		o.store = o.redis.store
 		disc.Fleet, disc.Health = o.redis.reader, o.redis.reader
 	}
@@ -397,6 +416,38 @@ func (o *Operator) buildServers(h *hooks.Hooks, disc *discovery.Discovery, token
 		}
 		o.gwSrv, o.gwLn = gw.Server(), gw.Listener(o.gwLn)
 	}
+	return nil
+}
+
+// hookCredentialsTimeout bounds reading (or creating) the hook credential Secrets at start.
+const hookCredentialsTimeout = time.Minute
+
+// loadHookCredentials finds the hook listener's TLS certificate and token: given, from files,
+// or from the Secrets of -hooks-secrets-namespace (created when absent). Without any, the hooks
+// serve plain HTTP without a token, and say so.
+func (o *Operator) loadHookCredentials() (err error) {
+	h := o.cfg.Hooks
+	switch {
+	case h.Credentials != nil:
+		o.hookCreds = h.Credentials
+	case h.TLSCertFile != "":
+		o.hookCreds, err = hookauth.LoadFiles(h.TLSCertFile, h.TLSKeyFile, h.TokenFile)
+	case h.SecretsNamespace != "":
+		if o.kube == nil {
+			return fmt.Errorf("-hooks-secrets-namespace %s needs a Kubernetes client (-kubeconfig, KUBECONFIG or the in-cluster service account)", h.SecretsNamespace)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), hookCredentialsTimeout)
+		defer cancel()
+		o.hookCreds, err = hookauth.EnsureSecrets(ctx, hookauth.SecretsConfig{Core: o.kube.Core, Dynamic: o.kube.Dynamic,
+			Namespace: h.SecretsNamespace, Service: h.Service, Log: o.log.With("component", "hookauth")})
+	default:
+		o.log.Warn("hooks served over plain HTTP without a token: anyone who reaches the hook address controls the fleet (-hooks-insecure)", "addr", o.HookAddr())
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	o.log.Info("hooks served over TLS; every call but GET /healthz, /readyz and /metrics needs the bearer token")
 	return nil
 }
 
@@ -526,12 +577,21 @@ func (o *Operator) Run(ctx context.Context) error {
 	if o.marker != nil {
 		background = append(background, o.marker.Run)
 	}
+	if o.parents != nil {
+		background = append(background, o.parents.Run)
+	}
 	if o.cfg.Demo.Proxies > 0 {
 		background = append(background, o.runDemo)
 	}
 	// Room for every server's and loop's error, so none blocks after the first is taken.
 	errc := make(chan error, 3+len(background))
-	go func() { errc <- fmt.Errorf("hook server: %w", o.hookSrv.Serve(o.hookLn)) }()
+	go func() {
+		if o.hookCreds != nil {
+			errc <- fmt.Errorf("hook server: %w", o.hookSrv.ServeTLS(o.hookLn, "", ""))
+			return
+		}
+		errc <- fmt.Errorf("hook server: %w", o.hookSrv.Serve(o.hookLn))
+	}()
 	go func() { errc <- fmt.Errorf("discovery server: %w", o.discSrv.Serve(o.discLn)) }()
 	if o.echoSrv != nil {
 		log.Info("echo listening", "addr", o.EchoAddr())

@@ -8,6 +8,9 @@ import (
 // PoolKind is the kind of a ProxyPool.
 const PoolKind = "ProxyPool"
 
+// PoolResource is the plural resource name of ProxyPools.
+const PoolResource = "proxypools"
+
 // Labels, annotations and the attribute that tie a member Proxy to its pool. The pool sets
 // them on the Proxies it creates; the Proxy's own sync reads PoolDrainingLabel into the fleet
 // view, so the lease store stops granting leases on a draining member.

@@ -109,6 +109,9 @@ func Config(o Options) (*rest.Config, Source, error) {
 // ProxyResource is the Proxies' resource for the dynamic client.
 var ProxyResource = schema.GroupVersionResource{Group: v1.Group, Version: v1.Version, Resource: v1.Resource}
 
+// PoolResource is the ProxyPools' resource for the dynamic client.
+var PoolResource = schema.GroupVersionResource{Group: v1.Group, Version: v1.Version, Resource: v1.PoolResource}
+
 // Clients are the two clients the operator uses: typed for core objects (events), dynamic
 // for Proxies (their Go types carry no generated clientset).
 type Clients struct {

@@ -1,5 +1,5 @@
 // Package kubetest owns what tests of client-go code need from a real API server: an admin
-// rest.Config with the Proxy CRD installed, namespaces, Proxies and a kubeconfig file for
+// rest.Config with the Proxy and ProxyPool CRDs installed, namespaces, Proxies and a kubeconfig file for
 // kubectl or -kubeconfig. Only Start knows which harness runs the server
 // (internal/apiservertest); everything else goes through client-go.
 package kubetest
@@ -26,11 +26,12 @@ import (
 
 const servedTimeout = 2 * time.Minute
 
-// Start starts a real API server (skipping without KUBEBUILDER_ASSETS), installs the Proxy
-// CRD from crds/ and returns an admin config once Proxies are served.
+// Start starts a real API server (skipping without KUBEBUILDER_ASSETS), installs the Proxy and
+// ProxyPool CRDs from crds/ and returns an admin config once both are served.
 func Start(t *testing.T) *rest.Config {
 	t.Helper()
-	cfg := apiservertest.Start(t, filepath.Join(moduleRoot(t), "crds", "crawl.example.com_proxies.yaml"))
+	crds := filepath.Join(moduleRoot(t), "crds")
+	cfg := apiservertest.Start(t, filepath.Join(crds, "crawl.example.com_proxies.yaml"), filepath.Join(crds, "crawl.example.com_proxypools.yaml"))
 	cfg.QPS, cfg.Burst, cfg.Timeout = 100, 200, 30*time.Second
 	waitServed(t, cfg)
 	return cfg
@@ -43,10 +44,13 @@ func waitServed(t *testing.T, cfg *rest.Config) {
 	for {
 		_, err := dyn.Resource(kube.ProxyResource).List(context.Background(), metav1.ListOptions{Limit: 1})
 		if err == nil {
+			_, err = dyn.Resource(kube.PoolResource).List(context.Background(), metav1.ListOptions{Limit: 1})
+		}
+		if err == nil {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("proxies not served after %s: %v", servedTimeout, err)
+			t.Fatalf("proxies and proxypools not served after %s: %v", servedTimeout, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

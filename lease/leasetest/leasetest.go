@@ -36,6 +36,13 @@ type Env struct {
 	Health      lease.Health
 	Now         func() time.Time
 	MaxSessions int // 0: the default
+	// The tenant bounds (0: the defaults) and the per-holder share (0: none), as in
+	// lease.Config.
+	MaxCooldowns, MaxCooldownsPerNamespace, MaxSessionsPerNamespace, MaxLeasesPerHolder int
+	// PreferBand ranks by quality band before load and latency.
+	PreferBand bool
+	// Admit is the egress policy asked about every record before it is leased.
+	Admit func(fleet.Proxy) error
 }
 
 // Factory builds a fresh, empty store on env.
@@ -70,6 +77,10 @@ func Run(t *testing.T, f Factory) {
 		{"AvoidRotates", testAvoid},
 		{"NamespacesLimitTheLease", testNamespaces},
 		{"PoolLoad", testPoolLoad},
+		{"TenantQuotas", testTenantQuotas},
+		{"LeasesPerHolder", testLeasesPerHolder},
+		{"BandBeforeLoadAndLatency", testBandOrder},
+		{"AdmitDeniesRecords", testAdmit},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, f) })
 	}
@@ -101,12 +112,19 @@ func newFixture(t *testing.T, f Factory, specs ...spec) *fixture {
 
 func newFixtureEnv(t *testing.T, f Factory, maxSessions int, specs ...spec) *fixture {
 	t.Helper()
+	return newFixtureWith(t, f, Env{MaxSessions: maxSessions}, specs...)
+}
+
+// newFixtureWith builds the store on env with the fixture's fleet, verdicts and clock.
+func newFixtureWith(t *testing.T, f Factory, env Env, specs ...spec) *fixture {
+	t.Helper()
 	clock := clocktest.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	fx := &fixture{view: fleet.New(clock.Now, 0), health: &healthtest.Map{}, clock: clock}
 	for _, s := range specs {
 		fx.put(s)
 	}
-	fx.h = f(t, Env{Fleet: fx.view, Health: fx.health, Now: clock.Now, MaxSessions: maxSessions})
+	env.Fleet, env.Health, env.Now = fx.view, fx.health, clock.Now
+	fx.h = f(t, env)
 	fx.h.Sync(t)
 	return fx
 }

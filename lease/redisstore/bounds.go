@@ -11,9 +11,12 @@ const (
 	defaultMaxCooldowns         = lease.DefaultMaxCooldowns
 )
 
-func tooMany(scope, proxy string, perProxy, total int) error {
-	if scope == "proxy" {
-		return &lease.TooManyCooldownsError{Scope: "proxy", Limit: perProxy, Proxy: proxy}
+func (s *Store) tooMany(scope, proxy string) error {
+	switch scope {
+	case "proxy":
+		return &lease.TooManyCooldownsError{Scope: "proxy", Limit: s.cfg.MaxCooldownsPerProxy, Proxy: proxy}
+	case "namespace":
+		return &lease.TooManyCooldownsError{Scope: "namespace", Limit: s.cfg.MaxCooldownsPerNamespace, Proxy: proxy}
 	}
-	return &lease.TooManyCooldownsError{Scope: "total", Limit: total}
+	return &lease.TooManyCooldownsError{Scope: "total", Limit: s.cfg.MaxCooldowns}
 }

@@ -38,6 +38,8 @@ type Publisher struct {
 	complete func() bool
 	refresh  time.Duration
 	log      *slog.Logger
+	// preferBand publishes each verdict's band for the scripts to rank by (PublisherConfig).
+	preferBand bool
 
 	mu         sync.Mutex
 	last       map[string]published
@@ -60,6 +62,10 @@ type PublisherConfig struct {
 	// latency reach the store at most this late.
 	Refresh time.Duration
 	Log     *slog.Logger
+	// PreferBand publishes each verdict's quality band with its record, so every replica's
+	// choice ranks by band before load and latency, as lease.Config.PreferBand does in memory
+	// (the operator's -lease-by-quality decides for all).
+	PreferBand bool
 }
 
 // NewPublisher returns a publisher of cfg.Fleet and cfg.Health into cfg.Store.
@@ -74,7 +80,7 @@ func NewPublisher(cfg PublisherConfig) *Publisher {
 		cfg.Complete = func() bool { return true }
 	}
 	return &Publisher{store: cfg.Store, fleet: cfg.Fleet, health: cfg.Health, complete: cfg.Complete,
-		refresh: cfg.Refresh, log: cfg.Log, last: map[string]published{}}
+		refresh: cfg.Refresh, log: cfg.Log, last: map[string]published{}, preferBand: cfg.PreferBand}
 }
 
 // Run publishes on every fleet change and every Refresh until ctx ends. A Redis outage is
@@ -143,18 +149,18 @@ func (pb *Publisher) Sync(ctx context.Context) error {
 			if attrs[v1.PoolAttribute] != "" {
 				pool = ns + "/" + attrs[v1.PoolAttribute]
 			}
-			ups = append(ups, p.Key, pj, hex.EncodeToString(sum[:12]), aj, p.MaxLeases, flag(cur.ok), h.LatencyMillis, hj, ns, pool)
+			ups = append(ups, p.Key, pj, hex.EncodeToString(sum[:12]), aj, p.MaxLeases, flag(cur.ok), h.LatencyMillis, hj, ns, pool, pb.bandPenalty(h))
 		case old.ok != cur.ok || !sameHealth(old.health, h):
-			hs = append(hs, p.Key, flag(cur.ok), h.LatencyMillis, hj)
+			hs = append(hs, p.Key, flag(cur.ok), h.LatencyMillis, hj, pb.bandPenalty(h))
 		default:
 			continue
 		}
 		next[p.Key] = cur
 	}
-	if err := pb.batches(ctx, pb.store.sc.publish, ups, 10); err != nil {
+	if err := pb.batches(ctx, pb.store.sc.publish, ups, 11); err != nil {
 		return err
 	}
-	if err := pb.batches(ctx, pb.store.sc.health, hs, 4); err != nil {
+	if err := pb.batches(ctx, pb.store.sc.health, hs, 5); err != nil {
 		return err
 	}
 	maps.Copy(pb.last, next)
@@ -234,5 +240,14 @@ func flag(b bool) string {
 }
 
 func sameHealth(a, b lifecycle.Health) bool {
-	return a.State == b.State && a.LatencyMillis == b.LatencyMillis && a.Reason == b.Reason && a.Since.Equal(b.Since)
+	return a.State == b.State && a.LatencyMillis == b.LatencyMillis && a.Reason == b.Reason && a.Since.Equal(b.Since) && a.Band == b.Band
+}
+
+// bandPenalty is what the scripts rank a verdict's band by: 0 for Good .. 3 for ungraded
+// (v1.BandRank reversed), 0 for every proxy when bands are not preferred.
+func (pb *Publisher) bandPenalty(h lifecycle.Health) int {
+	if !pb.preferBand {
+		return 0
+	}
+	return 3 - v1.BandRank(h.Band)
 }

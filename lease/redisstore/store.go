@@ -38,6 +38,9 @@ const (
 	// maxStaleRetries bounds how often an acquire re-reads the bucket list because the set of
 	// attribute sets changed between the read and the script.
 	maxStaleRetries = 4
+	// maxDeniedRetries bounds how many denied records one acquire gives back before it
+	// answers 503 (each is skipped by the next acquires at once).
+	maxDeniedRetries = 8
 )
 
 // Config configures a Store. The cooldown policy fields mean what they mean in lease.Config.
@@ -59,6 +62,22 @@ type Config struct {
 	// lease package defaults); a report that would pass them is refused.
 	MaxCooldownsPerProxy int
 	MaxCooldowns         int
+	// MaxSessionsPerNamespace and MaxCooldownsPerNamespace are each tenant's share (the
+	// namespace of the proxy a session or cooldown is on), as in lease.Config: beyond its share
+	// a tenant's new session key is not bound and its new rate_limited pair is refused, while
+	// its banned report is always recorded in place of its own oldest cooldown. 0: the lease
+	// package defaults, capped at MaxSessions and MaxCooldowns.
+	MaxSessionsPerNamespace  int
+	MaxCooldownsPerNamespace int
+	// MaxLeasesPerHolder, above 0, bounds one lease.Request.Holder's live leases per
+	// namespace, as lease.Config.MaxLeasesPerHolder does (0: no bound).
+	MaxLeasesPerHolder int
+	// Admit, when set, is asked about every record before it is handed out in a lease (the
+	// process's egress policy): Redis is outside input, and a record another process (or
+	// whoever can write to Redis) put there with a denied endpoint is never leased. A denied
+	// record is skipped by later acquires for deniedFor, counted (DeniedRecords) and logged
+	// once per record.
+	Admit func(fleet.Proxy) error
 	// Timeout bounds every call to Redis (default DefaultTimeout): past it the call fails
 	// with lease.ErrUnavailable rather than hang.
 	Timeout time.Duration
@@ -86,6 +105,8 @@ type Store struct {
 	buckets  map[string]map[string]string
 	bns      map[string]string // bucket -> namespace
 	selCache map[string][]string
+
+	deny denied // records Admit refused
 }
 
 var _ lease.Store = (*Store)(nil)
@@ -122,6 +143,12 @@ func New(cfg Config) (*Store, error) {
 	}
 	if cfg.MaxCooldowns <= 0 {
 		cfg.MaxCooldowns = defaultMaxCooldowns
+	}
+	if cfg.MaxSessionsPerNamespace <= 0 {
+		cfg.MaxSessionsPerNamespace = min(lease.DefaultMaxSessionsPerNamespace, cfg.MaxSessions)
+	}
+	if cfg.MaxCooldownsPerNamespace <= 0 {
+		cfg.MaxCooldownsPerNamespace = min(lease.DefaultMaxCooldownsPerNamespace, cfg.MaxCooldowns)
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
@@ -225,14 +252,16 @@ func (s *Store) Acquire(ctx context.Context, r lease.Request) (lease.Lease, erro
 	}
 	ctx, cancel := s.op(ctx)
 	defer cancel()
-	id := newID()
 	reload := false
-	for range maxStaleRetries {
+	stale, refused := 0, 0
+	for {
 		bver, ids, err := s.match(ctx, r.Selector, r.Namespaces, reload)
 		if err != nil {
 			return lease.Lease{}, unavailable("acquire", err)
 		}
-		args := append(s.head(7+len(ids)), bver, id, ms(r.TTL), r.Target, r.SessionKey, s.cfg.MaxSessions, strings.Join(r.Avoid, "\n"))
+		id := newID()
+		args := append(s.head(11+len(ids)), bver, id, ms(r.TTL), r.Target, r.SessionKey, s.cfg.MaxSessions, strings.Join(r.Avoid, "\n"),
+			s.cfg.MaxSessionsPerNamespace, s.deny.list(time.Now()), r.Holder, s.cfg.MaxLeasesPerHolder)
 		for _, b := range ids {
 			args = append(args, b)
 		}
@@ -247,6 +276,9 @@ func (s *Store) Acquire(ctx context.Context, r lease.Request) (lease.Lease, erro
 		}
 		switch str(res, 0) {
 		case "stale":
+			if stale++; stale >= maxStaleRetries {
+				return lease.Lease{}, fmt.Errorf("acquire: the attribute sets kept changing: %w", lease.ErrUnavailable)
+			}
 			reload = true
 			continue
 		case "nomatch":
@@ -258,15 +290,26 @@ func (s *Store) Acquire(ctx context.Context, r lease.Request) (lease.Lease, erro
 				nm.FreeAt = msTime(at)
 			}
 			return lease.Lease{}, nm
+		case "holdercap":
+			return lease.Lease{}, &lease.TooManyLeasesError{Holder: r.Holder, Limit: s.cfg.MaxLeasesPerHolder, FreeAt: msTime(str(res, 1))}
 		case "ok":
 			p, h := decode(str(res, 1), str(res, 4), str(res, 5))
+			if err := s.admit(p, str(res, 4)); err != nil {
+				// Never handed out: give the slot back and choose again without it.
+				if err := s.write(ctx, s.sc.release, append(s.head(1), id)...).Err(); err != nil {
+					return lease.Lease{}, unavailable("acquire", err)
+				}
+				if refused++; refused >= maxDeniedRetries {
+					return lease.Lease{}, fmt.Errorf("acquire: %d records in a row denied by the egress policy: %w", refused, lease.ErrUnavailable)
+				}
+				continue
+			}
 			return lease.Lease{ID: id, Proxy: p, Health: h, Active: num(res, 2), Target: r.Target,
 				SessionKey: r.SessionKey, ExpiresAt: msTime(str(res, 3))}, nil
 		default:
 			return lease.Lease{}, fmt.Errorf("acquire: unexpected script answer %q", str(res, 0))
 		}
 	}
-	return lease.Lease{}, fmt.Errorf("acquire: the attribute sets kept changing: %w", lease.ErrUnavailable)
 }
 
 // Release implements lease.Store.
@@ -305,9 +348,9 @@ func (s *Store) Report(ctx context.Context, id string, r lease.Report) (lease.Co
 	}
 	ctx, cancel := s.op(ctx)
 	defer cancel()
-	args := append(s.head(9), id, string(r.Result), r.Target, ms(r.RetryAfter),
+	args := append(s.head(10), id, string(r.Result), r.Target, ms(r.RetryAfter),
 		ms(s.cfg.RateLimitedCooldown), ms(s.cfg.BannedCooldown), ms(s.cfg.MaxCooldown),
-		s.cfg.MaxCooldownsPerProxy, s.cfg.MaxCooldowns)
+		s.cfg.MaxCooldownsPerProxy, s.cfg.MaxCooldowns, s.cfg.MaxCooldownsPerNamespace)
 	res, err := s.write(ctx, s.sc.report, args...).Slice()
 	if err != nil {
 		return lease.Cooldown{}, unavailable("report", err)
@@ -319,7 +362,7 @@ func (s *Store) Report(ctx context.Context, id string, r lease.Report) (lease.Co
 	case "ok":
 		return out, nil
 	case "toomany":
-		return lease.Cooldown{}, fmt.Errorf("report: %w", tooMany(str(res, 2), out.Proxy, s.cfg.MaxCooldownsPerProxy, s.cfg.MaxCooldowns))
+		return lease.Cooldown{}, fmt.Errorf("report: %w", s.tooMany(str(res, 2), out.Proxy))
 	case "cooled":
 		out.Until, out.Strikes = msTime(str(res, 2)), num(res, 3)
 		return out, nil

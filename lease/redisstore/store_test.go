@@ -24,16 +24,23 @@ func newClient(t testing.TB, srv *redistest.Server) *redis.Client {
 	return c
 }
 
+// envConfig is the store's Config for a conformance case's env.
+func envConfig(client redis.UniversalClient, env leasetest.Env) Config {
+	return Config{Client: client, Prefix: freshPrefix(), Now: env.Now, MaxSessions: env.MaxSessions,
+		MaxCooldowns: env.MaxCooldowns, MaxCooldownsPerNamespace: env.MaxCooldownsPerNamespace,
+		MaxSessionsPerNamespace: env.MaxSessionsPerNamespace, MaxLeasesPerHolder: env.MaxLeasesPerHolder, Admit: env.Admit}
+}
+
 // TestConformance runs the lease.Store suite against the Redis store on a real redis-server.
 func TestConformance(t *testing.T) {
 	srv := redistest.Start(t)
 	client := newClient(t, srv)
 	leasetest.Run(t, func(t *testing.T, env leasetest.Env) leasetest.Harness {
-		s, err := New(Config{Client: client, Prefix: freshPrefix(), Now: env.Now, MaxSessions: env.MaxSessions})
+		s, err := New(envConfig(client, env))
 		if err != nil {
 			t.Fatal(err)
 		}
-		pub := NewPublisher(PublisherConfig{Store: s, Fleet: env.Fleet, Health: env.Health})
+		pub := NewPublisher(PublisherConfig{Store: s, Fleet: env.Fleet, Health: env.Health, PreferBand: env.PreferBand})
 		return leasetest.Harness{
 			Store: s,
 			Sync: func(t *testing.T) {

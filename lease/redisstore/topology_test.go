@@ -17,12 +17,13 @@ func conformance(t *testing.T, client redis.UniversalClient, waitReplicas int) {
 	leasetest.Run(t, func(t *testing.T, env leasetest.Env) leasetest.Harness {
 		// Generous timeouts: on a loaded 2-core machine a replica's acknowledgement can take
 		// longer than the production default; the suite checks semantics, not latency.
-		s, err := New(Config{Client: client, Prefix: freshPrefix(), Now: env.Now, MaxSessions: env.MaxSessions, WaitReplicas: waitReplicas,
-			Timeout: 10 * time.Second, WaitTimeout: 5 * time.Second})
+		cfg := envConfig(client, env)
+		cfg.WaitReplicas, cfg.Timeout, cfg.WaitTimeout = waitReplicas, 10*time.Second, 5*time.Second
+		s, err := New(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		pub := NewPublisher(PublisherConfig{Store: s, Fleet: env.Fleet, Health: env.Health})
+		pub := NewPublisher(PublisherConfig{Store: s, Fleet: env.Fleet, Health: env.Health, PreferBand: env.PreferBand})
 		return leasetest.Harness{
 			Store: s,
 			Sync: func(t *testing.T) {

@@ -34,6 +34,10 @@
 //   - The parent sent is the live object, never a lagging informer copy; status updates never
 //     conflict (no RetryOnConflict rounds); hook and API call latencies are constants.
 //   - Events are a list in memory, not Event objects with --events-qps spam filtering.
+//   - TLS and auth: with an Endpoint it verifies the server with the CA bundle and sends the
+//     Authorization header as Metacontroller resolves them from endpointConfigs
+//     (pkg/hooks/endpoint_config.go, auth.go, webhook.go); clientTLS and basicAuth are not
+//     modelled, and the Endpoint is fixed, not re-read when a controller is rebuilt.
 package driver
 
 import (
@@ -96,8 +100,11 @@ type Driver struct {
 	URL string
 	// Clock is the virtual clock; the server under test should read the same one.
 	Clock *Clock
-	// Client makes the calls (nil: a client with HookTimeout).
+	// Client makes the calls (nil: a client with HookTimeout, over Endpoint's TLS when set).
 	Client *http.Client
+	// Endpoint, when set, is the CA and Authorization header Metacontroller resolved from the
+	// CompositeController (endpoint.go); nil: plain calls without one.
+	Endpoint *Endpoint
 	// HookTimeout is webhook.timeout (0: DefaultHookTimeout).
 	HookTimeout time.Duration
 	// Controller is the CompositeController's name (""; DefaultController).
@@ -676,9 +683,9 @@ func (d *Driver) call(hook string, req request) (*metacontroller.SyncResponse, t
 	if timeout <= 0 {
 		timeout = DefaultHookTimeout
 	}
-	client := d.Client
-	if client == nil {
-		client = &http.Client{Timeout: timeout}
+	client, err := d.Endpoint.httpClient(d.Client, timeout)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%s hook: %w", hook, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -687,6 +694,7 @@ func (d *Driver) call(hook string, req request) (*metacontroller.SyncResponse, t
 		return nil, 0, err
 	}
 	hreq.Header.Set("Content-Type", "application/json")
+	d.Endpoint.authorize(hreq)
 	res, err := client.Do(hreq)
 	if err != nil {
 		return nil, 0, fmt.Errorf("%s hook: %w", hook, err)

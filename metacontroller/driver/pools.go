@@ -36,8 +36,12 @@ type Pools struct {
 	Proxies *Driver
 	// URL is the base URL of the pool hooks: URL+"/sync" and URL+"/finalize" are called.
 	URL string
-	// Client makes the calls (nil: a client with DefaultHookTimeout).
+	// Client makes the calls (nil: a client with DefaultHookTimeout, over Endpoint's TLS when
+	// set).
 	Client *http.Client
+	// Endpoint, when set, is the CA and Authorization header of the pools controller (as
+	// Driver.Endpoint).
+	Endpoint *Endpoint
 	// ResyncPeriod is the pools controller's resyncPeriodSeconds (0: none).
 	ResyncPeriod time.Duration
 	// BeforeApply sees every 200 answer before it is applied; returning false drops it, as
@@ -488,9 +492,9 @@ func (ps *Pools) call(hook string, req poolRequest) (*metacontroller.SyncRespons
 	if err != nil {
 		return nil, err
 	}
-	client := ps.Client
-	if client == nil {
-		client = &http.Client{Timeout: DefaultHookTimeout}
+	client, err := ps.Endpoint.httpClient(ps.Client, DefaultHookTimeout)
+	if err != nil {
+		return nil, fmt.Errorf("%s hook: %w", hook, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), DefaultHookTimeout)
 	defer cancel()
@@ -498,6 +502,7 @@ func (ps *Pools) call(hook string, req poolRequest) (*metacontroller.SyncRespons
 	if err != nil {
 		return nil, err
 	}
+	ps.Endpoint.authorize(hreq)
 	hreq.Header.Set("Content-Type", "application/json")
 	res, err := client.Do(hreq)
 	if err != nil {

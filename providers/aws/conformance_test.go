@@ -3,13 +3,13 @@ package aws
 import (
 	"context"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 
+	"github.com/proxy-operator/proxy-operator/internal/clocktest"
 	"github.com/proxy-operator/proxy-operator/providers"
 	"github.com/proxy-operator/proxy-operator/providers/aws/ec2test"
 	"github.com/proxy-operator/proxy-operator/providers/providertest"
@@ -17,33 +17,11 @@ import (
 
 const testRegion = "eu-central-1"
 
-// testClock is the stand-in's clock, moved only by the test.
-type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newClock() *testClock {
-	return &testClock{now: time.Date(2026, 12, 2, 1, 0, 0, 0, time.UTC)}
-}
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 // standIn starts the EC2 stand-in on a test clock and a provider whose real SDK client talks
 // to it with static credentials.
-func standIn(t *testing.T, cfg Config) (*Provider, *ec2test.Server, *testClock) {
+func standIn(t *testing.T, cfg Config) (*Provider, *ec2test.Server, *clocktest.Clock) {
 	t.Helper()
-	clock := newClock()
+	clock := clocktest.New(time.Date(2026, 12, 2, 1, 0, 0, 0, time.UTC))
 	srv := ec2test.New(clock.Now)
 	t.Cleanup(srv.Close)
 	if cfg.Region == "" {
@@ -60,26 +38,23 @@ func standIn(t *testing.T, cfg Config) (*Provider, *ec2test.Server, *testClock) 
 
 // ec2Failures are EC2's own answers for each class of each call; a call with no answer of a
 // class (describe is never out of capacity) is left out.
-var ec2Failures = map[string]map[error]struct {
-	code   string
-	status int
-}{
+var ec2Failures = providertest.Failures{
 	"create": {
-		providers.ErrQuotaExceeded: {"InsufficientInstanceCapacity", http.StatusInternalServerError},
-		providers.ErrTransient:     {"RequestLimitExceeded", http.StatusServiceUnavailable},
-		providers.ErrPermanent:     {"InvalidAMIID.NotFound", http.StatusBadRequest},
+		providers.ErrQuotaExceeded: {Code: "InsufficientInstanceCapacity", Status: http.StatusInternalServerError},
+		providers.ErrTransient:     {Code: "RequestLimitExceeded", Status: http.StatusServiceUnavailable},
+		providers.ErrPermanent:     {Code: "InvalidAMIID.NotFound", Status: http.StatusBadRequest},
 	},
 	"get": {
-		providers.ErrTransient: {"InternalError", http.StatusInternalServerError},
-		providers.ErrPermanent: {"UnauthorizedOperation", http.StatusForbidden},
+		providers.ErrTransient: {Code: "InternalError", Status: http.StatusInternalServerError},
+		providers.ErrPermanent: {Code: "UnauthorizedOperation", Status: http.StatusForbidden},
 	},
 	"delete": {
-		providers.ErrTransient: {"ServiceUnavailable", http.StatusServiceUnavailable},
-		providers.ErrPermanent: {"UnauthorizedOperation", http.StatusForbidden},
+		providers.ErrTransient: {Code: "ServiceUnavailable", Status: http.StatusServiceUnavailable},
+		providers.ErrPermanent: {Code: "UnauthorizedOperation", Status: http.StatusForbidden},
 	},
 	"list": {
-		providers.ErrTransient: {"RequestLimitExceeded", http.StatusServiceUnavailable},
-		providers.ErrPermanent: {"AuthFailure", http.StatusUnauthorized},
+		providers.ErrTransient: {Code: "RequestLimitExceeded", Status: http.StatusServiceUnavailable},
+		providers.ErrPermanent: {Code: "AuthFailure", Status: http.StatusUnauthorized},
 	},
 }
 
@@ -93,14 +68,8 @@ func TestConformance(t *testing.T) {
 			Base:      providers.CreateRequest{Zone: testRegion + "a", MachineType: "t4g.nano", Image: "ami-0a1b2c3d4e5f60718"},
 			UnknownID: FormatID(testRegion, "i-0123456789abcdef0"),
 			Settle:    func() { clock.Advance(10 * time.Second) },
-			Fail: func(op string, kind error) bool {
-				f, ok := ec2Failures[op][kind]
-				if ok {
-					srv.Fail(ec2Actions[op], f.code, f.status, 1)
-				}
-				return ok
-			},
-			Hold: func() func() { srv.Hold(); return srv.Release },
+			Fail:      ec2Failures.Injector(func(op string, f providertest.Failure) { srv.Fail(ec2Actions[op], f.Code, f.Status, 1) }),
+			Hold:      func() func() { srv.Hold(); return srv.Release },
 			Foreign: func() {
 				srv.Put(ec2test.Instance{ID: "i-0ffffffffffffff01", ImageID: "ami-0a1b2c3d4e5f60718", InstanceType: "t3.micro",
 					Tags: map[string]string{"Name": "someone-elses-build-box"}, Launched: clock.Now()})

@@ -1,41 +1,20 @@
 package aws
 
 import (
-	"os"
 	"testing"
 
-	"sigs.k8s.io/yaml"
-
-	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
-	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
 	"github.com/proxy-operator/proxy-operator/providers"
+	"github.com/proxy-operator/proxy-operator/providers/providertest"
 )
 
 // TestSampleProxyRunsInstance reads the shipped AWS sample Proxy and runs the instance it leads
 // to against the stand-in, so the sample cannot drift from what the provider requires.
 func TestSampleProxyRunsInstance(t *testing.T) {
-	b, err := os.ReadFile("../../crds/samples/proxy_aws.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var px v1.Proxy
-	if err := yaml.UnmarshalStrict(b, &px); err != nil {
-		t.Fatalf("sample does not decode strictly: %v", err)
-	}
-	px.Spec.Default()
-	if err := px.Spec.Validate(); err != nil {
-		t.Fatalf("sample spec invalid: %v", err)
-	}
-	ci := *px.Spec.CloudInit.Inline
-	hash := lifecycle.SpecHash(&px.Spec, ci)
+	px, req := providertest.Sample(t, "../../crds/samples/proxy_aws.yaml")
+	req.Credentials = &providers.Credentials{Username: "proxy-abc", Password: "Z7QK2M4XN5P6R7S8T9V2W3Y4A5"}
 	pl := px.Spec.Placement
 	p, srv, _ := standIn(t, Config{Region: pl.Region, Spot: true})
-	_, err = p.Create(testCtx(t), providers.CreateRequest{
-		Name: providers.InstanceName(testUID, hash), OwnerUID: testUID, SpecHash: hash, Namespace: px.Namespace, ProxyName: px.Name,
-		Region: pl.Region, Zone: pl.Zone, MachineType: pl.MachineType, Image: pl.Image, Port: px.Spec.Port, CloudInit: ci,
-		Credentials: &providers.Credentials{Username: "proxy-abc", Password: "Z7QK2M4XN5P6R7S8T9V2W3Y4A5"},
-	})
-	if err != nil {
+	if _, err := p.Create(testCtx(t), req); err != nil {
 		t.Fatalf("Create from the sample: %v", err)
 	}
 	if insts := srv.Instances(); len(insts) != 1 || insts[0].ImageID != pl.Image || insts[0].InstanceType != pl.MachineType || insts[0].Zone != pl.Zone {

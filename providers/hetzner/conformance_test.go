@@ -4,38 +4,16 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/hetznercloud/hcloud-go/v2/hcloud"
 
+	"github.com/proxy-operator/proxy-operator/internal/clocktest"
 	"github.com/proxy-operator/proxy-operator/providers"
 	"github.com/proxy-operator/proxy-operator/providers/hetzner/hcloudtest"
 	"github.com/proxy-operator/proxy-operator/providers/providertest"
 )
-
-// testClock is the stand-in's clock, moved only by the test.
-type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newClock() *testClock {
-	return &testClock{now: time.Date(2026, 12, 2, 1, 0, 0, 0, time.UTC)}
-}
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 // tokenFile writes the stand-in's token as a mounted Secret would hold it.
 func tokenFile(t *testing.T, token string) string {
@@ -49,9 +27,9 @@ func tokenFile(t *testing.T, token string) string {
 
 // standIn starts the Hetzner stand-in on a test clock and a provider whose real hcloud client
 // talks to it.
-func standIn(t *testing.T, cfg Config) (*Provider, *hcloudtest.API, *testClock) {
+func standIn(t *testing.T, cfg Config) (*Provider, *hcloudtest.API, *clocktest.Clock) {
 	t.Helper()
-	clock := newClock()
+	clock := clocktest.New(time.Date(2026, 12, 2, 1, 0, 0, 0, time.UTC))
 	api := hcloudtest.New(clock.Now)
 	t.Cleanup(api.Close)
 	if cfg.TokenFile == "" {
@@ -65,26 +43,23 @@ func standIn(t *testing.T, cfg Config) (*Provider, *hcloudtest.API, *testClock) 
 }
 
 // apiFailures are the API's own answers for each class of each call.
-var apiFailures = map[string]map[error]struct {
-	code   string
-	status int
-}{
+var apiFailures = providertest.Failures{
 	"create": {
-		providers.ErrQuotaExceeded: {"resource_limit_exceeded", http.StatusForbidden},
-		providers.ErrTransient:     {"rate_limit_exceeded", http.StatusTooManyRequests},
-		providers.ErrPermanent:     {"invalid_input", http.StatusBadRequest},
+		providers.ErrQuotaExceeded: {Code: "resource_limit_exceeded", Status: http.StatusForbidden},
+		providers.ErrTransient:     {Code: "rate_limit_exceeded", Status: http.StatusTooManyRequests},
+		providers.ErrPermanent:     {Code: "invalid_input", Status: http.StatusBadRequest},
 	},
 	"get": {
-		providers.ErrTransient: {"server_error", http.StatusInternalServerError},
-		providers.ErrPermanent: {"unauthorized", http.StatusUnauthorized},
+		providers.ErrTransient: {Code: "server_error", Status: http.StatusInternalServerError},
+		providers.ErrPermanent: {Code: "unauthorized", Status: http.StatusUnauthorized},
 	},
 	"delete": {
-		providers.ErrTransient: {"locked", http.StatusLocked},
-		providers.ErrPermanent: {"protected", http.StatusForbidden},
+		providers.ErrTransient: {Code: "locked", Status: http.StatusLocked},
+		providers.ErrPermanent: {Code: "protected", Status: http.StatusForbidden},
 	},
 	"list": {
-		providers.ErrTransient: {"rate_limit_exceeded", http.StatusTooManyRequests},
-		providers.ErrPermanent: {"forbidden", http.StatusForbidden},
+		providers.ErrTransient: {Code: "rate_limit_exceeded", Status: http.StatusTooManyRequests},
+		providers.ErrPermanent: {Code: "forbidden", Status: http.StatusForbidden},
 	},
 }
 
@@ -96,14 +71,8 @@ func TestConformance(t *testing.T) {
 			Base:      providers.CreateRequest{Zone: "nbg1", MachineType: "cx22", Image: "ubuntu-24.04"},
 			UnknownID: FormatID(99999999),
 			Settle:    func() { clock.Advance(5 * time.Second) },
-			Fail: func(op string, kind error) bool {
-				f, ok := apiFailures[op][kind]
-				if ok {
-					api.Fail(op, f.code, f.status, 1)
-				}
-				return ok
-			},
-			Hold: func() func() { api.Hold(); return api.Release },
+			Fail:      apiFailures.Injector(func(op string, f providertest.Failure) { api.Fail(op, f.Code, f.Status, 1) }),
+			Hold:      func() func() { api.Hold(); return api.Release },
 			Foreign: func() {
 				api.Put(hcloudtest.Server{ID: 42, Name: "someones-build-box", ServerType: "cx22", Image: "debian-12",
 					Labels: map[string]string{"team": "ci"}, Created: clock.Now().Add(-time.Hour)})

@@ -402,3 +402,25 @@ func hanging(t *testing.T, e Env) {
 		t.Errorf("Get once the cloud answers again: %v", err)
 	}
 }
+
+// Failure is a cloud's own answer for one class of failure: its error code and HTTP status.
+type Failure struct {
+	Code   string
+	Status int
+}
+
+// Failures are a cloud's answers for each class (providers.ErrQuotaExceeded, ErrTransient,
+// ErrPermanent) of each op in Ops; a class the cloud never answers for an op is left out.
+type Failures map[string]map[error]Failure
+
+// Injector is Env.Fail for a stand-in whose inject makes its next answer to op the given
+// error; it reports false (the case is skipped) for a class the cloud has no answer for.
+func (f Failures) Injector(inject func(op string, fail Failure)) func(op string, kind error) bool {
+	return func(op string, kind error) bool {
+		fail, ok := f[op][kind]
+		if ok {
+			inject(op, fail)
+		}
+		return ok
+	}
+}

@@ -7,7 +7,9 @@ package discovery
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -163,7 +165,7 @@ func (d *Discovery) init() {
 	}
 	d.denied = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "proxy_operator_lease_refused_total",
-		Help: "Lease requests refused, by reason: no_proxy (none matches the selector), cooling, leased_for_target, at_capacity, unhealthy (the reason that held back most matching proxies), warming_up (503 after a restart), store_unavailable (503).",
+		Help: "Lease requests refused, by reason: no_proxy (none matches the selector), cooling, leased_for_target, at_capacity, unhealthy (the reason that held back most matching proxies), warming_up (503 after a restart), store_unavailable (503), token_share (429: the token holds its share of the namespace).",
 	}, []string{"reason"})
 	for _, r := range refusalReasons {
 		d.denied.WithLabelValues(r)
@@ -243,9 +245,19 @@ func (d *Discovery) serve(h httpx.HandlerFunc) http.HandlerFunc {
 		err := h(w, r)
 		var nm *lease.NoMatchError
 		var tm *lease.TooManyCooldownsError
+		var tl *lease.TooManyLeasesError
 		switch {
 		case err == nil:
 			return nil
+		case errors.As(err, &tl):
+			// The token's own share, not the fleet: 429, with when its first lease ends.
+			d.denied.WithLabelValues("token_share").Inc()
+			wait := 1
+			if !tl.FreeAt.IsZero() {
+				wait = max(1, int(math.Ceil(tl.FreeAt.Sub(d.Now()).Seconds())))
+			}
+			return &httpx.Error{Code: http.StatusTooManyRequests, RetryAfter: wait, Err: err,
+				Message: fmt.Sprintf("lease refused: token %s already holds %d live leases in each namespace where a proxy fits (-lease-max-per-token); release one or retry after the Retry-After seconds", tl.Holder, tl.Limit)}
 		case errors.As(err, &nm):
 			d.requests.WithLabelValues("no_match").Inc()
 			d.denied.WithLabelValues(refusalReason(nm)).Inc()

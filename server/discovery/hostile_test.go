@@ -131,3 +131,42 @@ func TestMalformedQueryIs400(t *testing.T) {
 		}
 	}
 }
+
+// TestLeasesPerToken is issue 21 (item 4, per token): with more than one token, one token
+// holds at most its share of live leases in a namespace; beyond it the answer is 429 with a
+// Retry-After of when its first lease there ends, and another token still leases there.
+func TestLeasesPerToken(t *testing.T) {
+	toks, err := access.Parse([]byte(tokensYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := clocktest.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	f := &discFixture{clock: clock, view: fleet.New(clock.Now, 0), health: &healthtest.Map{}}
+	f.store = lease.NewMemory(lease.Config{Fleet: f.view, Health: f.health, Now: clock.Now, MaxLeasesPerHolder: 2})
+	reg := prometheus.NewRegistry()
+	d := &discovery.Discovery{Fleet: f.view, Health: f.health, Leases: f.store, Tokens: toks, Now: clock.Now, Registerer: reg}
+	f.srv = httptest.NewServer(d.Handler())
+	t.Cleanup(f.srv.Close)
+	f.view.Upsert(fleet.Proxy{Key: "team-a/p1", UID: "p1", IP: "10.0.0.1", Port: 3128, MaxLeases: 10, Phase: "Ready"})
+	f.health.SetState("team-a/p1", lifecycle.HealthHealthy, 10)
+
+	const team = "tok-team-a-0123456789"
+	for i := range 2 {
+		if r := f.do(t, "POST", "/v1/leases", team, `{"ttlSeconds":120}`); r.code != http.StatusOK {
+			t.Fatalf("team-a lease %d: %d %s", i, r.code, r.body)
+		}
+		clock.Advance(10 * time.Second)
+	}
+	r := f.do(t, "POST", "/v1/leases", team, `{"ttlSeconds":120}`)
+	// The first lease ends at 120 s; 20 s have passed.
+	if r.code != http.StatusTooManyRequests || r.header.Get("Retry-After") != "100" ||
+		!strings.Contains(string(r.body), "token team-a already holds 2 live leases") || !strings.Contains(string(r.body), "-lease-max-per-token") {
+		t.Errorf("team-a beyond its share: %d Retry-After %q %s; want 429, 100, naming the token and the flag", r.code, r.header.Get("Retry-After"), r.body)
+	}
+	if got := counterValue(t, reg, "proxy_operator_lease_refused_total", "token_share"); got != 1 {
+		t.Errorf("refused{token_share} = %v, want 1", got)
+	}
+	if r := f.do(t, "POST", "/v1/leases", "tok-admin-0123456789", `{}`); r.code != http.StatusOK {
+		t.Errorf("admin beside team-a at its share: %d %s, want 200", r.code, r.body)
+	}
+}

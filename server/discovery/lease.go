@@ -49,9 +49,15 @@ func (d *Discovery) acquire(w http.ResponseWriter, r *http.Request) error {
 		return &httpx.Error{Code: http.StatusServiceUnavailable, RetryAfter: max(1, int(math.Ceil(d.Fleet.CompleteAt().Sub(d.Now()).Seconds()))),
 			Message: "fleet view still warming up after a restart; retry after the Retry-After seconds"}
 	}
-	// A token leases only in its namespaces: the others' proxies are not even counted.
+	// A token leases only in its namespaces: the others' proxies are not even counted. With
+	// more than one token, each is a holder with its share per namespace (decision 0201).
+	caller := access.FromContext(r.Context())
+	holder := ""
+	if d.tokens != nil && d.tokens.Len() > 1 {
+		holder = caller.Name
+	}
 	l, err := d.Leases.Acquire(r.Context(), lease.Request{Selector: req.Selector, TTL: ttl, Target: target, SessionKey: req.SessionKey,
-		Namespaces: access.FromContext(r.Context()).LeaseNamespaces()})
+		Namespaces: caller.LeaseNamespaces(), Holder: holder})
 	if err != nil {
 		return err
 	}

@@ -8,7 +8,7 @@ import (
 )
 
 // refusalReasons are the values of proxy_operator_lease_refused_total's reason label.
-var refusalReasons = []string{"no_proxy", "cooling", "leased_for_target", "at_capacity", "unhealthy", "warming_up", "store_unavailable"}
+var refusalReasons = []string{"no_proxy", "cooling", "leased_for_target", "at_capacity", "unhealthy", "warming_up", "store_unavailable", "token_share"}
 
 // refusalReason is the reason that held back most of the matching proxies (ties: the order
 // of refusalReasons).

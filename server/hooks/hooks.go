@@ -7,6 +7,8 @@ package hooks
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,6 +25,7 @@ import (
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/internal/events"
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
+	"github.com/proxy-operator/proxy-operator/internal/kube/parents"
 	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
 	"github.com/proxy-operator/proxy-operator/internal/netpolicy"
 	"github.com/proxy-operator/proxy-operator/providers"
@@ -87,12 +90,26 @@ type Hooks struct {
 	// Egress, when set, refuses External endpoints the egress policy denies (the Proxy fails
 	// with a condition saying why and is never probed or leased).
 	Egress *netpolicy.Policy
+	// Parents, when set, is the API server's word on the parents (internal/kube/parents): a
+	// sync or finalize body whose parent uid, deletion or spec it does not agree with is
+	// answered without acting (nil: the body is trusted, as without a Kubernetes client).
+	Parents parents.Source
+	// Token, when set, is the bearer token every call must carry but GET /healthz, /readyz
+	// and /metrics (401 otherwise, logged and counted; auth.go). Empty: no token is asked
+	// (-hooks-insecure, and in-process tests).
+	Token string
+	// TLS, when set, is the listener's TLS config: Server sets it and the caller serves with
+	// ServeTLS(ln, "", "").
+	TLS *tls.Config
 
 	once     sync.Once
 	handler  http.Handler
 	inflight chan struct{}
 	duration *prometheus.HistogramVec
 	shed     *prometheus.CounterVec
+	unauth   *prometheus.CounterVec
+	// disagreements counts bodies the API server did not agree with, by hook and reason.
+	disagreements *prometheus.CounterVec
 
 	// retries remembers, per Proxy, until when a failed provider call keeps the provider
 	// alone. It lives only in memory: after a restart a Proxy in backoff is tried once at
@@ -128,6 +145,10 @@ func (h *Hooks) init() {
 	if h.Pools == nil {
 		h.Pools = &poolhook.Hooks{Now: h.Now, Log: h.Log}
 	}
+	if h.Parents != nil && h.Pools.Verify == nil {
+		h.Pools.Verify = h.verifyPool
+	}
+	h.disagreements = newDisagreements()
 	if h.BodyReadTimeout <= 0 {
 		h.BodyReadTimeout = DefaultBodyReadTimeout
 	}
@@ -148,8 +169,9 @@ func (h *Hooks) init() {
 		Help:    "Time to answer a Metacontroller hook call.",
 		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 	}, []string{"hook"})
+	h.unauth = newUnauthorizedCounter()
 	if h.Registerer != nil {
-		h.Registerer.MustRegister(h.duration, h.shed, newPhaseCollector(h.Fleet),
+		h.Registerer.MustRegister(h.duration, h.shed, h.unauth, h.disagreements, newPhaseCollector(h.Fleet),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "proxy_operator_hook_memory_budget_bytes",
 				Help: "The hook body memory budget (bodies weighted by their decoding cost).",
@@ -195,6 +217,9 @@ func (h *Hooks) build() {
 		r.Handle("/metrics", promhttp.HandlerFor(h.Gatherer, promhttp.HandlerOpts{}))
 	}
 	h.handler = r
+	if h.Token != "" {
+		h.handler = &tokenGate{want: sha256.Sum256([]byte(h.Token)), next: r, h: h}
+	}
 }
 
 // Server returns the hook listener's server with every timeout set: a hook may make two
@@ -215,6 +240,10 @@ func (h *Hooks) Server() *http.Server {
 		IdleTimeout:    30 * time.Second,
 		MaxHeaderBytes: 64 << 10,
 		ConnState:      httpx.NewConnLimit(n).ConnState,
+		TLSConfig:      h.TLS,
+		// Failed TLS handshakes (a scanner, a caller without the CA) at debug: Metacontroller
+		// logs its side of one, and a flood must not flood the log.
+		ErrorLog: slog.NewLogLogger(h.Log.Handler(), slog.LevelDebug),
 	}
 }
 

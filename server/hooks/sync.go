@@ -58,6 +58,11 @@ func (h *Hooks) sync(ctx context.Context, hook string, body []byte, ex *Exchange
 	}
 	finalizing := req.Finalizing || hook == "finalize"
 	log := h.Log.With("proxy", p.Key(), "hook", hook)
+	// Before anything can be deleted or handed out on this body's word, the API server must
+	// say the same: until it does, nothing is observed, decided, recorded or deleted.
+	if h.disagrees(log, hook, p, finalizing) != "" {
+		return unchanged(p.Status, req.Children), nil
+	}
 	st, err := h.inputFor(ctx, log, &req, p, finalizing, ex.Now)
 	if err != nil {
 		return nil, err

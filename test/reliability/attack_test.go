@@ -141,6 +141,9 @@ func startChild(t *testing.T, args ...string) *child {
 		"-providers-config", pcfg,
 		"-fleet-warmup", "0s",
 		"-log-format", "json",
+		// Plain hooks unless a test asks for TLS: it passes -hooks-insecure=false (the last
+		// value wins) with -hooks-tls-cert, -hooks-tls-key and -hooks-token-file.
+		"-hooks-insecure",
 	}, args...)
 	c := &child{
 		hookURL: fmt.Sprintf("http://127.0.0.1:%d", hp), discURL: fmt.Sprintf("http://127.0.0.1:%d", dp), hookPort: hp,

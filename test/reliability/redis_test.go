@@ -3,7 +3,6 @@ package reliability
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -150,7 +149,7 @@ func buildOperator(t *testing.T) string {
 func startOperator(t *testing.T, bin string, args ...string) *operatorProcess {
 	t.Helper()
 	cmd := exec.Command(bin, append([]string{"-hook-addr", "127.0.0.1:0", "-discovery-addr", "127.0.0.1:0",
-		"-log-format", "json", "-gc-interval", "0", "-discovery-insecure", "-allow-loopback-proxies"}, args...)...)
+		"-log-format", "json", "-gc-interval", "0", "-discovery-insecure", "-hooks-insecure", "-allow-loopback-proxies"}, args...)...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -285,64 +284,15 @@ func TestRedisOutageUnderLoad(t *testing.T) {
 	srv := redistest.Start(t)
 	const maxLeases = 3
 	fleet := newRedisFleet(t, 8, maxLeases)
-	storeURL := "redis://" + srv.Addr
-	oper, err := op.New(op.Config{Hooks: op.HooksConfig{Addr: "127.0.0.1:0"}, Discovery: op.DiscoveryAPIConfig{Addr: "127.0.0.1:0", Insecure: true},
-		FleetWarmup: time.Millisecond, Egress: op.EgressConfig{AllowLoopback: true}, Lease: op.LeaseConfig{Store: storeURL}, ShutdownGrace: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	replica, err := op.NewDiscovery(op.DiscoveryConfig{Discovery: op.DiscoveryAPIConfig{Addr: "127.0.0.1:0", Insecure: true},
-		Lease: op.LeaseConfig{Store: storeURL, MaxTTL: time.Hour, Cooldown: time.Minute, BanCooldown: time.Hour, MaxCooldown: 24 * time.Hour}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var bg sync.WaitGroup
-	for _, run := range []func(context.Context) error{oper.Run, replica.Run} {
-		bg.Go(func() {
-			if err := run(ctx); err != nil {
-				t.Errorf("run: %v", err)
-			}
-		})
-	}
-	t.Cleanup(func() { cancel(); bg.Wait() })
-	hookURL := "http://" + oper.HookAddr()
-	discURLs := []string{"http://" + oper.DiscoveryAddr(), "http://" + replica.Addr()}
-	fleet.untilHealthy(t, hookURL, discURLs[0])
-
-	type answer struct {
-		start, end time.Time
-		server     int
-		op         string
-		code       int
-		retryAfter string
-		body       string
-	}
+	rig := startRedisRig(t, fleet, op.LeaseConfig{Store: "redis://" + srv.Addr}, 1)
+	discURLs := rig.discURLs
 	var (
+		log      answerLog
 		mu       sync.Mutex
-		answers  []answer
 		live     = map[string]int{}
 		breaks   []string
 		stopLoad atomic.Bool
 	)
-	record := func(a answer) {
-		mu.Lock()
-		answers = append(answers, a)
-		mu.Unlock()
-	}
-	call := func(server int, opName, method, url, body string) (int, []byte) {
-		req, _ := http.NewRequest(method, url, strings.NewReader(body))
-		start := time.Now()
-		res, err := redisHTTP.Do(req)
-		if err != nil {
-			record(answer{start: start, end: time.Now(), server: server, op: opName, code: -1, body: err.Error()})
-			return -1, nil
-		}
-		b, _ := io.ReadAll(res.Body)
-		res.Body.Close()
-		record(answer{start: start, end: time.Now(), server: server, op: opName, code: res.StatusCode, retryAfter: res.Header.Get("Retry-After"), body: string(b)})
-		return res.StatusCode, b
-	}
 	var load sync.WaitGroup
 	for c := range 64 {
 		load.Go(func() {
@@ -350,7 +300,7 @@ func TestRedisOutageUnderLoad(t *testing.T) {
 			for !stopLoad.Load() {
 				server := rng.IntN(len(discURLs))
 				base := discURLs[server]
-				code, b := call(server, "lease", http.MethodPost, base+"/v1/leases", fmt.Sprintf(`{"ttlSeconds":30,"target":"t%d.example"}`, rng.IntN(4)))
+				code, b := log.call(server, "lease", http.MethodPost, base+"/v1/leases", fmt.Sprintf(`{"ttlSeconds":30,"target":"t%d.example"}`, rng.IntN(4)))
 				if code != http.StatusOK {
 					if code == http.StatusServiceUnavailable || code == http.StatusConflict {
 						time.Sleep(20 * time.Millisecond)
@@ -371,7 +321,7 @@ func TestRedisOutageUnderLoad(t *testing.T) {
 				}
 				mu.Unlock()
 				if rng.IntN(8) == 0 {
-					call(server, "report", http.MethodPost, base+"/v1/leases/"+l.LeaseID+"/report", `{"result":"rate_limited","target":"t0.example"}`)
+					log.call(server, "report", http.MethodPost, base+"/v1/leases/"+l.LeaseID+"/report", `{"result":"rate_limited","target":"t0.example"}`)
 				}
 				// Out of the test's count before the release: never count a lease the store may
 				// have freed. A release lost to the outage leaves the lease to its TTL.
@@ -381,7 +331,7 @@ func TestRedisOutageUnderLoad(t *testing.T) {
 				// As a crawler would: retry a release the outage refused, so the slot frees
 				// once Redis is back rather than at the lease's TTL.
 				for !stopLoad.Load() {
-					if code, _ := call(server, "release", http.MethodDelete, base+"/v1/leases/"+l.LeaseID, ""); code != http.StatusServiceUnavailable {
+					if code, _ := log.call(server, "release", http.MethodDelete, base+"/v1/leases/"+l.LeaseID, ""); code != http.StatusServiceUnavailable {
 						break
 					}
 					time.Sleep(50 * time.Millisecond)
@@ -389,73 +339,28 @@ func TestRedisOutageUnderLoad(t *testing.T) {
 			}
 		})
 	}
-
-	// decided waits until each server has answered a lease request started after `after` with
-	// a decision of the store (a grant or a 409), and returns when each first did.
-	decided := func(after time.Time) map[int]time.Time {
-		first := map[int]time.Time{}
-		deadline := time.Now().Add(60 * time.Second)
-		for len(first) < len(discURLs) && time.Now().Before(deadline) {
-			mu.Lock()
-			for _, a := range answers {
-				if a.op == "lease" && (a.code == http.StatusOK || a.code == http.StatusConflict) && a.start.After(after) {
-					if f, ok := first[a.server]; !ok || a.end.Before(f) {
-						first[a.server] = a.end
-					}
-				}
-			}
-			mu.Unlock()
-			time.Sleep(20 * time.Millisecond)
-		}
-		return first
-	}
-	decided(time.Now()) // load running on both servers
+	log.decided(len(discURLs), time.Now()) // load running on both servers
 
 	srv.Kill()
 	downFrom := time.Now()
 	// The hooks keep working while Redis is down.
-	fleet.syncAll(t, hookURL)
-	if code, b := httpCall(t, http.MethodGet, hookURL+"/readyz", "", ""); code != http.StatusOK {
+	fleet.syncAll(t, rig.hookURL)
+	if code, b := httpCall(t, http.MethodGet, rig.hookURL+"/readyz", "", ""); code != http.StatusOK {
 		t.Errorf("readyz with Redis down: %d %s", code, b)
 	}
 	time.Sleep(2 * time.Second) // an outage long enough for every client to meet it
 	downTo := time.Now()
 	srv.Restart()
 	back := time.Now()
-	first := decided(back)
+	first := log.decided(len(discURLs), back)
 	time.Sleep(time.Second) // load after the recovery too
 	stopLoad.Store(true)
 	load.Wait()
 
-	mu.Lock()
-	defer mu.Unlock()
 	for _, b := range breaks {
 		t.Error(b)
 	}
-	var during, bad, total int
-	codes := map[string]map[int]int{}
-	for _, a := range answers {
-		total++
-		if codes[a.op] == nil {
-			codes[a.op] = map[int]int{}
-		}
-		codes[a.op][a.code]++
-		if a.code == -1 || (a.code >= 500 && a.code != http.StatusServiceUnavailable) {
-			bad++
-			if bad <= 10 {
-				t.Errorf("%s on server %d: %d %s", a.op, a.server, a.code, a.body)
-			}
-		}
-		if a.code == http.StatusServiceUnavailable && a.retryAfter == "" {
-			t.Errorf("%s: 503 without Retry-After", a.op)
-		}
-		if a.start.After(downFrom) && a.end.Before(downTo) {
-			during++
-			if a.code != http.StatusServiceUnavailable {
-				t.Errorf("%s on server %d while Redis was down: %d %s, want 503", a.op, a.server, a.code, a.body)
-			}
-		}
-	}
+	total, during, codes := log.check(t, func(code int) bool { return code != -1 && (code < 500 || code == http.StatusServiceUnavailable) }, downFrom, downTo)
 	if during == 0 {
 		t.Errorf("no request was answered while Redis was down: the outage was not exercised")
 	}

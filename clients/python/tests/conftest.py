@@ -148,7 +148,7 @@ def operator():
     log = open(log_path, "w")
     env = dict(os.environ, DISCOVERY_TOKEN=TOKEN)
     proc = subprocess.Popen(
-        [binary, "-hook-addr", f"127.0.0.1:{hook_port}", "-discovery-addr", f"127.0.0.1:{api_port}",
+        [binary, "-hook-addr", f"127.0.0.1:{hook_port}", "-hooks-insecure", "-discovery-addr", f"127.0.0.1:{api_port}",
          "-providers-config", config, "-fleet-warmup", "0s", "-log-format", "text", "-gc-interval", "0"],
         stdout=log, stderr=subprocess.STDOUT, env=env)
     op = Operator(proc, f"http://127.0.0.1:{hook_port}", f"http://127.0.0.1:{api_port}", log_path)

@@ -1,5 +1,12 @@
-"""Runs one Scrapy crawl of a site through ProxyOperatorMiddleware and writes what happened as
-JSON: run by test_scrapy_crawl.py in its own process (a Twisted reactor starts only once)."""
+"""Runs one Scrapy crawl through ProxyOperatorMiddleware and writes what happened as JSON: run
+by the Scrapy tests in its own process (a Twisted reactor starts only once).
+
+    crawl.py API TOKEN OUT site START [TTL MARGIN CONCURRENCY]
+        a site from START, following every link (test_scrapy_crawl.py)
+    crawl.py API TOKEN OUT pages BASE N
+        the pages BASE/page/0..N-1 with Scrapy's default per-site concurrency; the middleware
+        keeps one request per site in flight (test_scrapy_farm.py)
+"""
 
 import json
 import sys
@@ -11,22 +18,32 @@ import scrapy  # noqa: E402
 from scrapy.crawler import CrawlerProcess  # noqa: E402
 
 
-class SiteSpider(scrapy.Spider):
-    name = "site"
+class CrawlSpider(scrapy.Spider):
+    name = "crawl"
 
-    def __init__(self, start, **kw):
+    def __init__(self, urls, follow, **kw):
         super().__init__(**kw)
-        self.start_urls = [start]
+        self.start_urls = urls
+        self.follow = follow
 
     def parse(self, response):
         yield {"url": response.url, "status": response.status, "proxy": response.meta.get("proxy_operator_proxy")}
-        for href in response.css("a::attr(href)").getall():
-            yield response.follow(href, callback=self.parse)
+        if self.follow:
+            for href in response.css("a::attr(href)").getall():
+                yield response.follow(href, callback=self.parse)
 
 
 def main():
-    api, token, start, out = sys.argv[1:5]
-    ttl, margin, concurrency = (int(a) for a in (sys.argv[5:8] or ["30", "10", "4"]))
+    api, token, out, mode = sys.argv[1:5]
+    rest = sys.argv[5:]
+    if mode == "site":
+        urls, follow = [rest[0]], True
+        ttl, margin, concurrency = (int(a) for a in (rest[1:4] or ["30", "10", "4"]))
+    elif mode == "pages":
+        urls, follow = [f"{rest[0].rstrip('/')}/page/{i}" for i in range(int(rest[1]))], False
+        ttl, margin, concurrency = 60, 20, 8
+    else:
+        sys.exit(f"crawl.py: mode {mode!r} is neither 'site' nor 'pages'")
     items = []
     settings = {
         "DOWNLOADER_MIDDLEWARES": {"proxy_operator.scrapy.ProxyOperatorMiddleware": 745},
@@ -35,7 +52,8 @@ def main():
         "PROXY_OPERATOR_SELECTOR": {"pool": "scrapy"},
         "PROXY_OPERATOR_TTL": ttl,
         "PROXY_OPERATOR_RENEW_MARGIN": margin,
-        # Only the middleware retries: a page fetched after a 429 proves it went elsewhere.
+        # Only the middleware retries: a page fetched after a 429 proves it went elsewhere or
+        # waited, instead of failing.
         "RETRY_ENABLED": False,
         "ROBOTSTXT_OBEY": False,
         "TELNETCONSOLE_ENABLED": False,
@@ -45,13 +63,14 @@ def main():
         "HTTPERROR_ALLOW_ALL": True,
     }
     process = CrawlerProcess(settings)
-    crawler = process.create_crawler(SiteSpider)
+    crawler = process.create_crawler(CrawlSpider)
+
     def collect(item, **_):
         items.append(dict(item))
 
     # Signals hold weak references: collect must stay referenced while the crawl runs.
     crawler.signals.connect(collect, signal=scrapy.signals.item_scraped)
-    process.crawl(crawler, start=start)
+    process.crawl(crawler, urls=urls, follow=follow)
     process.start()
     stats = {k: v for k, v in crawler.stats.get_stats().items() if isinstance(v, (int, float, str))}
     Path(out).write_text(json.dumps({"items": items, "stats": stats}))

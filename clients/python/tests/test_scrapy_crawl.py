@@ -25,7 +25,7 @@ def test_crawl_rotates_away_from_a_rate_limited_proxy(operator, tmp_path):
     with Site(retry_after=120) as site:
         out = tmp_path / "crawl.json"
         res = subprocess.run([sys.executable, str(Path(__file__).with_name("crawl.py")), operator.api_url,
-                              operator.token, site.url + "/", str(out)],
+                              operator.token, str(out), "site", site.url + "/"],
                              capture_output=True, text=True, timeout=300)
         assert res.returncode == 0, f"crawl failed:\n{res.stdout}\n{res.stderr[-6000:]}"
         result = json.loads(out.read_text())
@@ -69,7 +69,7 @@ def test_lease_is_renewed_before_it_expires(operator, tmp_path):
     with Site(refuse_first=False, delay=0.5) as site:
         out = tmp_path / "crawl.json"
         res = subprocess.run([sys.executable, str(Path(__file__).with_name("crawl.py")), operator.api_url,
-                              operator.token, site.url + "/", str(out), "4", "2", "1"],
+                              operator.token, str(out), "site", site.url + "/", "4", "2", "1"],
                              capture_output=True, text=True, timeout=300)
         assert res.returncode == 0, f"crawl failed:\n{res.stdout}\n{res.stderr[-6000:]}"
         result = json.loads(out.read_text())

@@ -28,8 +28,8 @@ def test_strict_site_every_page_no_ban(operator, tmp_path):
         base = first[1]
         out = tmp_path / "crawl.json"
         try:
-            res = subprocess.run([sys.executable, str(Path(__file__).with_name("crawl_pages.py")), operator.api_url,
-                                  operator.token, base, str(PAGES), str(out)],
+            res = subprocess.run([sys.executable, str(Path(__file__).with_name("crawl.py")), operator.api_url,
+                                  operator.token, str(out), "pages", base, str(PAGES)],
                                  capture_output=True, text=True, timeout=int(os.environ.get("FARM_CRAWL_TIMEOUT", "600")))
         except subprocess.TimeoutExpired as exc:
             raise AssertionError(f"crawl did not end:\n{(exc.stderr or b'')[-6000:]!r}") from None

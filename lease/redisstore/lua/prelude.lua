@@ -15,6 +15,18 @@ local LAT_MAX = 4294967295
 
 local function fmt(n) return string.format('%d', n) end
 
+-- ns_of is a proxy key's namespace (keys are namespace/name): the tenant whose share it uses.
+local function ns_of(key)
+  return string.match(key, '^([^/]*)') or ''
+end
+
+-- count_down takes one from a counter in hash h, dropping the field at zero.
+local function count_down(h, field)
+  if redis.call('HINCRBY', h, field, -1) <= 0 then
+    redis.call('HDEL', h, field)
+  end
+end
+
 -- bytes_less is strcmp: Lua's < on strings follows the server's locale.
 local function bytes_less(a, b)
   local n = math.min(#a, #b)
@@ -25,11 +37,14 @@ local function bytes_less(a, b)
   return #a < #b
 end
 
--- score orders a bucket: fewest leases, then lowest latency (ties: member order, the key).
-local function score(load, lat)
+-- score orders a bucket: best quality band (the band penalty bp the operator published, 0
+-- best), then fewest leases, then lowest latency (ties: member order, the key). Every part
+-- stays an exact integer in a double: bp < 4, load < 2^16, latency < 2^32.
+local function score(bp, load, lat)
   if lat < 0 then lat = 0 end
   if lat > LAT_MAX then lat = LAT_MAX end
-  return load * 4294967296 + lat
+  if load > 65535 then load = 65535 end
+  return bp * 281474976710656 + load * 4294967296 + lat
 end
 
 local function load_of(key)
@@ -39,7 +54,7 @@ end
 -- place files a proxy in its bucket by what the operator published and its load: the
 -- leasable ones with room in the sorted set, the others only in the counted sets.
 local function place(key)
-  local m = redis.call('HMGET', P .. 'm:' .. key, 'b', 'max', 'ok', 'lat')
+  local m = redis.call('HMGET', P .. 'm:' .. key, 'b', 'max', 'ok', 'lat', 'bp')
   local b = m[1]
   if not b then return end
   local bz, bu, bf = P .. 'bz:' .. b, P .. 'bu:' .. b, P .. 'bf:' .. b
@@ -56,7 +71,7 @@ local function place(key)
   else
     redis.call('SREM', bu, key)
     redis.call('SREM', bf, key)
-    redis.call('ZADD', bz, fmt(score(load, tonumber(m[4]))), key)
+    redis.call('ZADD', bz, fmt(score(tonumber(m[5] or '0') or 0, load, tonumber(m[4]))), key)
   end
 end
 
@@ -64,9 +79,10 @@ end
 -- and only when it is still bound to the lease's proxy.
 local function end_lease(id)
   redis.call('ZREM', P .. 'exp', id)
-  local l = redis.call('HMGET', P .. 'l:' .. id, 'p', 's', 't')
+  local l = redis.call('HMGET', P .. 'l:' .. id, 'p', 's', 't', 'h')
   if not l[1] then return false end
   local p, s, t = l[1], l[2], l[3]
+  if l[4] and l[4] ~= '' then redis.call('ZREM', P .. 'hl:' .. l[4], id) end
   redis.call('DEL', P .. 'l:' .. id)
   if t and t ~= '' then
     if redis.call('HINCRBY', P .. 'pt', p .. '|' .. t, -1) <= 0 then
@@ -90,6 +106,23 @@ local function end_lease(id)
   return true
 end
 
+-- drop_cool forgets one (proxy, target) cooldown, swept or evicted, from every index.
+local function drop_cool(ck)
+  redis.call('HDEL', P .. 'cool', ck)
+  redis.call('ZREM', P .. 'cexp', ck)
+  local proxy, target = string.match(ck, '^(.-)|(.*)$')
+  if proxy then
+    redis.call('ZREM', P .. 'cz:' .. proxy, target)
+    count_down(P .. 'coolp', proxy)
+    redis.call('ZREM', P .. 'cns:' .. ns_of(proxy), ck)
+  end
+end
+
+-- unbind_session stops counting a session against its proxy's namespace (nsess).
+local function unbind_session(proxy)
+  if proxy then count_down(P .. 'nsess', ns_of(proxy)) end
+end
+
 -- sweep expires leases, idle sessions and forgotten cooldowns whose time has come, a bounded
 -- batch per call: every script sweeps, so expiry needs no reaper in any one process.
 local function sweep()
@@ -97,21 +130,12 @@ local function sweep()
   for _, id in ipairs(ids) do end_lease(id) end
   local ss = redis.call('ZRANGEBYSCORE', P .. 'sess', '-inf', fmt(now), 'LIMIT', 0, SWEEP)
   for _, s in ipairs(ss) do
+    unbind_session(redis.call('HGET', P .. 's:' .. s, 'p'))
     redis.call('DEL', P .. 's:' .. s)
     redis.call('ZREM', P .. 'sess', s)
   end
   local cs = redis.call('ZRANGEBYSCORE', P .. 'cexp', '-inf', fmt(now), 'LIMIT', 0, SWEEP)
-  for _, c in ipairs(cs) do
-    redis.call('HDEL', P .. 'cool', c)
-    redis.call('ZREM', P .. 'cexp', c)
-    local proxy, target = string.match(c, '^(.-)|(.*)$')
-    if proxy then
-      redis.call('ZREM', P .. 'cz:' .. proxy, target)
-      if redis.call('HINCRBY', P .. 'coolp', proxy, -1) <= 0 then
-        redis.call('HDEL', P .. 'coolp', proxy)
-      end
-    end
-  end
+  for _, c in ipairs(cs) do drop_cool(c) end
   return #ids + #ss + #cs
 end
 

@@ -17,6 +17,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/internal/pool"
 	"github.com/proxy-operator/proxy-operator/lease"
 	"github.com/proxy-operator/proxy-operator/metacontroller"
+	"github.com/proxy-operator/proxy-operator/providers"
 )
 
 // ErrBadRequest marks a body the hook cannot act on; the server answers it 400.
@@ -40,7 +41,14 @@ type Hooks struct {
 	Metrics *Metrics
 	// Events, when set, records scale and rotation decisions on the pool.
 	Events EventRecorder
+	// Verify, when set, checks the body's pool against the API server before any decision:
+	// a non-empty reason answers the call with the body's status and members unchanged, no
+	// decision, no event (nil: the body is trusted).
+	Verify func(hook string, p *v1.ProxyPool, finalizing bool) (reason string)
 }
+
+// DisagreementResync is how soon Metacontroller is asked back after a body Verify refused.
+const DisagreementResync = 2 * time.Second
 
 // Handle answers one sync ("sync") or finalize ("finalize") call for a pool. It also returns
 // what the decision was given (nil when the body was refused), for capture.
@@ -69,6 +77,15 @@ func (h *Hooks) Handle(ctx context.Context, hook string, body []byte) (*metacont
 		return nil, nil, err
 	}
 	finalizing := req.Finalizing || hook == "finalize"
+	if h.Verify != nil {
+		if reason := h.Verify(hook, p, finalizing); reason != "" {
+			return &metacontroller.SyncResponse{
+				Status:             p.Status,
+				Children:           providers.DesiredChildren(nil, req.Children, false),
+				ResyncAfterSeconds: DisagreementResync.Seconds(),
+			}, nil, nil
+		}
+	}
 	in := pool.Input{Pool: p, Finalizing: finalizing, Now: now}
 	p.Spec.Default()
 	in.SpecErr = p.Spec.Validate()

@@ -1,0 +1,211 @@
+// Package parents owns the operator's own view, from the API server, of the parents
+// Metacontroller calls the hooks about (Proxies and ProxyPools): one dynamic informer per
+// resource, its objects trimmed to identity and spec. It answers "what does the API server say
+// about this parent", never what to do about a disagreement (the hooks decide that).
+package parents
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/proxy-operator/proxy-operator/internal/kube"
+)
+
+// Kind names the resource a parent is of.
+type Kind int
+
+// The kinds of parents the hooks serve.
+const (
+	Proxy Kind = iota
+	Pool
+)
+
+func (k Kind) String() string {
+	if k == Pool {
+		return "proxypools"
+	}
+	return "proxies"
+}
+
+// Parent is what the API server says about one parent: its identity, whether it is being
+// deleted, and its spec.
+type Parent struct {
+	UID        types.UID
+	Generation int64
+	Deleting   bool
+	spec       map[string]any
+}
+
+// DecodeSpec decodes the parent's spec into into (a pointer to the spec's Go type).
+func (p Parent) DecodeSpec(into any) error {
+	if p.spec == nil {
+		return nil
+	}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(p.spec, into); err != nil {
+		return fmt.Errorf("parents: decode spec: %w", err)
+	}
+	return nil
+}
+
+// syncWarnAfter is how long Run waits for the first list before it says, once, that the
+// hooks are still waiting on it (the most likely cause: a CRD not installed, or no list/watch
+// right on it).
+const syncWarnAfter = 30 * time.Second
+
+// Cache is the informer cache of Proxies and ProxyPools. Build it with New, run it with Run;
+// until Synced, it knows nothing.
+type Cache struct {
+	factory dynamicinformer.DynamicSharedInformerFactory
+	proxies informers.GenericInformer
+	pools   informers.GenericInformer
+	log     *slog.Logger
+	synced  atomic.Bool
+}
+
+// New builds the cache over a dynamic client (cluster-wide; no resync: a watch keeps it
+// current, and a periodic resync would only repeat what it holds).
+func New(dyn dynamic.Interface, log *slog.Logger) (*Cache, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	f := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
+	c := &Cache{factory: f, log: log, proxies: f.ForResource(kube.ProxyResource), pools: f.ForResource(kube.PoolResource)}
+	for _, inf := range []informers.GenericInformer{c.proxies, c.pools} {
+		if err := inf.Informer().SetTransform(Trim); err != nil {
+			return nil, fmt.Errorf("parents: %w", err)
+		}
+	}
+	return c, nil
+}
+
+// Run starts the informers and blocks until ctx ends. It returns nil then: an informer that
+// cannot list retries with backoff, and meanwhile Synced stays false.
+func (c *Cache) Run(ctx context.Context) error {
+	c.factory.Start(ctx.Done())
+	defer c.factory.Shutdown()
+	start := time.Now()
+	warn := time.AfterFunc(syncWarnAfter, func() {
+		c.log.Warn("API server cache of proxies and proxypools not synced yet: hooks act on nothing until it is", "waited", time.Since(start).Round(time.Second).String())
+	})
+	synced := cache.WaitForCacheSync(ctx.Done(), c.proxies.Informer().HasSynced, c.pools.Informer().HasSynced)
+	warn.Stop()
+	if synced {
+		c.synced.Store(true)
+		c.log.Info("API server cache of proxies and proxypools synced", "proxies", len(c.proxies.Informer().GetStore().ListKeys()),
+			"pools", len(c.pools.Informer().GetStore().ListKeys()), "after", time.Since(start).Round(time.Millisecond).String())
+	}
+	<-ctx.Done()
+	return nil
+}
+
+// Synced says whether the first list of both resources has been read.
+func (c *Cache) Synced() bool { return c.synced.Load() }
+
+// Get returns what the cache holds for the parent namespace/name of kind k; false when it
+// holds nothing (absent, or not synced yet).
+func (c *Cache) Get(k Kind, namespace, name string) (Parent, bool) {
+	inf := c.proxies
+	if k == Pool {
+		inf = c.pools
+	}
+	obj, err := inf.Lister().ByNamespace(namespace).Get(name)
+	if err != nil {
+		if !apierrors.IsNotFound(err) {
+			c.log.Error("API server cache lookup failed", "kind", k.String(), "key", namespace+"/"+name, "err", err)
+		}
+		return Parent{}, false
+	}
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return Parent{}, false
+	}
+	spec, _, _ := unstructured.NestedMap(u.Object, "spec")
+	return Parent{UID: u.GetUID(), Generation: u.GetGeneration(), Deleting: u.GetDeletionTimestamp() != nil, spec: spec}, true
+}
+
+// Trim is the informers' transform: it keeps of an object only what a hook call is checked
+// against (name, namespace, uid, generation, resourceVersion, deletionTimestamp and the
+// spec), so 10,000 Proxies cost their specs and little more; status, labels, annotations and
+// managedFields are dropped. Objects it does not know pass unchanged (the informer's
+// tombstones).
+func Trim(obj any) (any, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return obj, nil
+	}
+	meta := map[string]any{
+		"name":            u.GetName(),
+		"namespace":       u.GetNamespace(),
+		"uid":             string(u.GetUID()),
+		"generation":      u.GetGeneration(),
+		"resourceVersion": u.GetResourceVersion(),
+	}
+	if ts := u.GetDeletionTimestamp(); ts != nil {
+		meta["deletionTimestamp"] = ts.UTC().Format(time.RFC3339)
+	}
+	out := map[string]any{"apiVersion": u.GetAPIVersion(), "kind": u.GetKind(), "metadata": meta}
+	if spec, ok := u.Object["spec"]; ok {
+		out["spec"] = spec
+	}
+	return &unstructured.Unstructured{Object: out}, nil
+}
+
+// Reasons a hook body disagrees with the API server (the label of the disagreement metric).
+const (
+	// ReasonNotSynced: the cache has not read its first list yet, so it cannot agree.
+	ReasonNotSynced = "not_synced"
+	// ReasonAbsent: the API server holds no such parent (not yet seen, or gone).
+	ReasonAbsent = "absent"
+	// ReasonUID: the API server's parent of that name is another object.
+	ReasonUID = "uid"
+	// ReasonNotDeleting: a finalize call for a parent the API server is not deleting.
+	ReasonNotDeleting = "not_deleting"
+	// ReasonSpec: the body's spec is not the API server's.
+	ReasonSpec = "spec"
+)
+
+// Reasons lists every reason, for metrics to start at zero.
+var Reasons = []string{ReasonNotSynced, ReasonAbsent, ReasonUID, ReasonNotDeleting, ReasonSpec}
+
+// Source is what Check reads: the Cache, or a stand-in in tests.
+type Source interface {
+	Synced() bool
+	Get(k Kind, namespace, name string) (Parent, bool)
+}
+
+// Check says whether src agrees with a hook body about the parent namespace/name of kind k:
+// "" when it does, else the reason it does not. The body agrees when the API server holds the
+// parent with its uid, is deleting it if the body is a finalize call, and holds spec (compared
+// after decoding the cached spec into S; nil and empty maps and slices are equal).
+func Check[S any](src Source, k Kind, namespace, name string, uid types.UID, finalizing bool, spec *S) string {
+	if !src.Synced() {
+		return ReasonNotSynced
+	}
+	cached, ok := src.Get(k, namespace, name)
+	switch {
+	case !ok:
+		return ReasonAbsent
+	case cached.UID != uid:
+		return ReasonUID
+	case finalizing && !cached.Deleting:
+		return ReasonNotDeleting
+	}
+	var want S
+	if err := cached.DecodeSpec(&want); err != nil || !equality.Semantic.DeepEqual(&want, spec) {
+		return ReasonSpec
+	}
+	return ""
+}

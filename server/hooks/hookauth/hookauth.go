@@ -1,0 +1,102 @@
+// Package hookauth owns the hook listener's credentials: its TLS serving certificate and the
+// bearer token Metacontroller must send, read from files (cert-manager, or any other mounted
+// Secret) or kept in two Secrets of the operator's namespace that it creates at start when
+// they are absent (secrets.go). It knows nothing of how the hooks use them.
+package hookauth
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+)
+
+// MinTokenLength is the shortest hook token accepted, as for discovery tokens.
+const MinTokenLength = 16
+
+// maxFileBytes bounds every credential file and Secret value read.
+const maxFileBytes = 64 << 10
+
+// ErrBadCredentials marks a certificate, key or token that cannot be used.
+var ErrBadCredentials = errors.New("hookauth: bad hook credentials")
+
+// Credentials are what the hook listener serves with.
+type Credentials struct {
+	// Cert is the serving certificate (its chain) and private key.
+	Cert tls.Certificate
+	// CA is the PEM the callers verify Cert with (ca.crt); empty when read from files without
+	// one.
+	CA []byte
+	// Token is the bearer token every hook call must carry.
+	Token string
+}
+
+// TLSConfig is the listener's TLS config: TLS 1.2 or later (as Metacontroller's client asks,
+// metacontroller/metacontroller@v4.17.2:pkg/hooks/webhook.go buildTLSTransport).
+func (c *Credentials) TLSConfig() *tls.Config {
+	return &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{c.Cert}}
+}
+
+// LoadFiles reads a PEM certificate (chain), its key and a token file (one line; surrounding
+// white space is ignored, as Metacontroller trims the Secret value it sends).
+func LoadFiles(certFile, keyFile, tokenFile string) (*Credentials, error) {
+	certPEM, err := readFile(certFile)
+	if err != nil {
+		return nil, fmt.Errorf("-hooks-tls-cert: %w", err)
+	}
+	keyPEM, err := readFile(keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("-hooks-tls-key: %w", err)
+	}
+	tok, err := readFile(tokenFile)
+	if err != nil {
+		return nil, fmt.Errorf("-hooks-token-file: %w", err)
+	}
+	return parse(certPEM, keyPEM, nil, tok, "-hooks-tls-cert/-hooks-tls-key", "-hooks-token-file")
+}
+
+// parse checks and assembles credentials; certWhat and tokenWhat name the sources in errors.
+func parse(certPEM, keyPEM, caPEM, token []byte, certWhat, tokenWhat string) (*Credentials, error) {
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrBadCredentials, certWhat, err)
+	}
+	if len(caPEM) > 0 && !x509.NewCertPool().AppendCertsFromPEM(caPEM) {
+		return nil, fmt.Errorf("%w: %s: ca.crt holds no PEM certificate", ErrBadCredentials, certWhat)
+	}
+	tok := strings.TrimSpace(string(token))
+	switch {
+	case tok == "":
+		return nil, fmt.Errorf("%w: %s: the token is blank", ErrBadCredentials, tokenWhat)
+	case len(tok) < MinTokenLength:
+		return nil, fmt.Errorf("%w: %s: the token has %d characters, want at least %d", ErrBadCredentials, tokenWhat, len(tok), MinTokenLength)
+	case strings.ContainsAny(tok, " \t\r\n"):
+		return nil, fmt.Errorf("%w: %s: the token must be one word (no white space inside)", ErrBadCredentials, tokenWhat)
+	}
+	return &Credentials{Cert: cert, CA: caPEM, Token: tok}, nil
+}
+
+// readFile reads a regular file of at most maxFileBytes.
+func readFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err != nil {
+		return nil, err
+	} else if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%w: %s is not a regular file", ErrBadCredentials, path)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxFileBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxFileBytes {
+		return nil, fmt.Errorf("%w: %s is larger than %d bytes", ErrBadCredentials, path, maxFileBytes)
+	}
+	return b, nil
+}

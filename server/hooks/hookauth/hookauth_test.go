@@ -1,0 +1,110 @@
+package hookauth_test
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/proxy-operator/proxy-operator/server/hooks/hookauth"
+)
+
+// TestGenerate: the certificate is ECDSA P-256, signed by the CA beside it, valid for the
+// Service's names and for serving only; the CA signs nothing else (its key is not returned).
+func TestGenerate(t *testing.T) {
+	now := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
+	names := hookauth.DNSNames("proxy-operator-hooks", "proxy-operator")
+	caPEM, certPEM, keyPEM, err := hookauth.Generate(names, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(caPEM) {
+		t.Fatal("ca.crt holds no certificate")
+	}
+	block, _ := pem.Decode(certPEM)
+	leaf, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"proxy-operator-hooks.proxy-operator.svc", "proxy-operator-hooks.proxy-operator.svc.cluster.local", "proxy-operator-hooks"} {
+		if _, err := leaf.Verify(x509.VerifyOptions{DNSName: name, Roots: roots, CurrentTime: now.Add(24 * time.Hour), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+			t.Errorf("verify for %s: %v", name, err)
+		}
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{DNSName: "evil.example", Roots: roots, CurrentTime: now}); err == nil {
+		t.Error("the certificate verifies for a name it was not made for")
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{DNSName: names[2], Roots: roots, CurrentTime: now.Add(11 * 365 * 24 * time.Hour)}); err == nil {
+		t.Error("the certificate verifies after 11 years")
+	}
+	if pub, ok := leaf.PublicKey.(*ecdsa.PublicKey); !ok || pub.Curve != elliptic.P256() {
+		t.Errorf("key %T, want ECDSA P-256", leaf.PublicKey)
+	}
+	if leaf.IsCA {
+		t.Error("the serving certificate is a CA")
+	}
+	if strings.Contains(string(keyPEM), "CERTIFICATE") {
+		t.Error("key PEM holds a certificate")
+	}
+}
+
+// TestLoadFiles: the files make credentials; each unusable input is refused with the flag
+// named.
+func TestLoadFiles(t *testing.T) {
+	dir := t.TempDir()
+	caPEM, certPEM, keyPEM, err := hookauth.Generate([]string{"localhost"}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, otherCert, _, err := hookauth.Generate([]string{"localhost"}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(name string, b []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	cert, key, other := write("tls.crt", certPEM), write("tls.key", keyPEM), write("other.crt", otherCert)
+	good := write("token", []byte("  0123456789abcdef-token\n"))
+	write("ca.crt", caPEM)
+	creds, err := hookauth.LoadFiles(cert, key, good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if creds.Token != "0123456789abcdef-token" {
+		t.Errorf("token %q, want it trimmed", creds.Token)
+	}
+	for _, tc := range []struct {
+		name             string
+		cert, key, token string
+		want             string
+	}{
+		{"short token", cert, key, write("short", []byte("abc\n")), "at least 16"},
+		{"blank token", cert, key, write("blank", []byte(" \n")), "blank"},
+		{"two words", cert, key, write("two", []byte("0123456789abcdef 0123456789abcdef")), "one word"},
+		{"key of another certificate", other, key, good, "-hooks-tls-cert/-hooks-tls-key"},
+		{"missing key", cert, filepath.Join(dir, "nope"), good, "-hooks-tls-key"},
+		{"a directory as token", cert, key, dir, "not a regular file"},
+		{"huge token file", cert, key, write("huge", make([]byte, 1<<20)), "larger than"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := hookauth.LoadFiles(tc.cert, tc.key, tc.token)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("LoadFiles: %v, want an error containing %q", err, tc.want)
+			}
+			if tc.name == "short token" && !errors.Is(err, hookauth.ErrBadCredentials) {
+				t.Errorf("%v is not ErrBadCredentials", err)
+			}
+		})
+	}
+}
