@@ -99,15 +99,15 @@ func New(cfg Config) (_ *Operator, err error) {
 		}
 	}()
 	reg := o.buildMetrics()
-	if err := o.buildProviders(reg); err != nil {
-		return nil, err
-	}
-	tokens, err := o.loadTokens()
+	// Listeners first: the egress policy and the mock proxies must know their bound addresses.
+	own, err := o.listen()
 	if err != nil {
 		return nil, err
 	}
-	// Listeners first: the egress policy must know their bound addresses.
-	own, err := o.listen()
+	if err := o.buildProviders(reg, own); err != nil {
+		return nil, err
+	}
+	tokens, err := o.loadTokens()
 	if err != nil {
 		return nil, err
 	}
@@ -166,8 +166,13 @@ func (o *Operator) buildMetrics() prometheus.Registerer {
 }
 
 // buildProviders builds the provider set from the providers file, the parsed config or the
-// default, plus the extra entries tests inject.
-func (o *Operator) buildProviders(reg prometheus.Registerer) (err error) {
+// default, plus the extra entries tests inject; mock proxies refuse to relay to own, the
+// operator's listeners.
+func (o *Operator) buildProviders(reg prometheus.Registerer, own []string) (err error) {
+	ownPolicy, err := netpolicy.New(netpolicy.Config{OwnListeners: own})
+	if err != nil {
+		return err
+	}
 	cfg := o.cfg
 	pcfg := factory.Default()
 	switch {
@@ -181,7 +186,7 @@ func (o *Operator) buildProviders(reg prometheus.Registerer) (err error) {
 			return err
 		}
 	}
-	if o.providers, err = factory.Build(pcfg, factory.Deps{Metrics: providers.NewMetrics(reg)}); err != nil {
+	if o.providers, err = factory.Build(pcfg, factory.Deps{Metrics: providers.NewMetrics(reg), OwnListener: ownPolicy.OwnListener}); err != nil {
 		return err
 	}
 	if len(cfg.Providers.Extra) > 0 {

@@ -262,6 +262,12 @@ func embeddedIPv4(a netip.Addr) (netip.Addr, bool) {
 	return netip.Addr{}, false
 }
 
+// OwnListener says whether ap is one of the operator's own listeners (Config.OwnListeners):
+// what a relay the operator runs (a mock proxy) must never reach.
+func (p *Policy) OwnListener(ap netip.AddrPort) bool {
+	return p.isOwn(ap.Addr().Unmap().WithZone(""), ap.Port())
+}
+
 func (p *Policy) isOwn(a netip.Addr, port uint16) bool {
 	if p.own[netip.AddrPortFrom(a, port)] {
 		return true

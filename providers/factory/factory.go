@@ -7,6 +7,7 @@ package factory
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"regexp"
 	"strings"
@@ -47,6 +48,9 @@ type Entry struct {
 type Deps struct {
 	// Metrics, when set, counts every provider call.
 	Metrics *providers.Metrics
+	// OwnListener, when set, says whether an address is one of the operator's own listeners:
+	// mock proxies never relay there (a leased proxy must not reach the hooks).
+	OwnListener func(netip.AddrPort) bool
 }
 
 // providerType is one row of the table: a type name, whether an entry carries its block, how
@@ -58,7 +62,7 @@ type providerType struct {
 	// validate checks the entry's block; it runs only when the entry is of this type.
 	validate func(Entry) error
 	// build constructs the provider of a validated entry.
-	build func(Entry) (providers.Provider, error)
+	build func(Entry, Deps) (providers.Provider, error)
 }
 
 // types is every provider type, in the order error messages list them.
@@ -75,7 +79,9 @@ var types = []providerType{
 			}
 			return nil
 		},
-		build: func(e Entry) (providers.Provider, error) { return mock.New(deref(e.Mock)) },
+		build: func(e Entry, d Deps) (providers.Provider, error) {
+			return mock.New(deref(e.Mock), mock.WithRefused(d.OwnListener))
+		},
 	},
 	{
 		name: "kubernetes",
@@ -86,7 +92,7 @@ var types = []providerType{
 			}
 			return e.Kubernetes.Validate()
 		},
-		build: func(e Entry) (providers.Provider, error) { return kubernetes.New(deref(e.Kubernetes)) },
+		build: func(e Entry, _ Deps) (providers.Provider, error) { return kubernetes.New(deref(e.Kubernetes)) },
 	},
 	{
 		name: "gcp",
@@ -99,7 +105,7 @@ var types = []providerType{
 		},
 		// Background, not a start-up deadline: the auth library may keep this context for
 		// token refreshes for the life of the process.
-		build: func(e Entry) (providers.Provider, error) { return gcp.New(context.Background(), *e.GCP) },
+		build: func(e Entry, _ Deps) (providers.Provider, error) { return gcp.New(context.Background(), *e.GCP) },
 	},
 	{
 		name: "aws",
@@ -111,7 +117,7 @@ var types = []providerType{
 			return e.AWS.Validate()
 		},
 		// Background: the credential chain may keep it for refreshes (web identity, SSO).
-		build: func(e Entry) (providers.Provider, error) { return aws.New(context.Background(), *e.AWS) },
+		build: func(e Entry, _ Deps) (providers.Provider, error) { return aws.New(context.Background(), *e.AWS) },
 	},
 	{
 		name: "hetzner",
@@ -122,7 +128,7 @@ var types = []providerType{
 			}
 			return e.Hetzner.Validate()
 		},
-		build: func(e Entry) (providers.Provider, error) { return hetzner.New(*e.Hetzner) },
+		build: func(e Entry, _ Deps) (providers.Provider, error) { return hetzner.New(*e.Hetzner) },
 	},
 }
 
@@ -233,7 +239,7 @@ func Build(c Config, deps Deps) (*providers.Set, error) {
 		if !ok {
 			err = fmt.Errorf("unknown type %q", e.Type)
 		} else {
-			p, err = t.build(e)
+			p, err = t.build(e, deps)
 		}
 		if err != nil {
 			_ = providers.NewSet(entries...).Close()

@@ -30,6 +30,12 @@ type ForwardConfig struct {
 	// EgressIP, when set, is the address the proxy dials out from instead of its own: a
 	// proxy whose traffic leaves through another egress, which an exit check must catch.
 	EgressIP string
+	// Refuse, when set, names destinations the proxy never relays to, loopback or not,
+	// relayAnywhere or not: the operator's own listeners, which a crawler holding a lease
+	// would otherwise reach through the proxy (issue 21). The one request still relayed there
+	// is a plain GET /healthz without a body: the demo fleet and the tests probe their mock
+	// proxies against the operator's own /healthz, which answers anyone anyway.
+	Refuse func(netip.AddrPort) bool
 }
 
 // ServeForwardProxy is ServeForwardProxyWith with creds and otherwise the default config
@@ -120,12 +126,19 @@ type forwardProxy struct {
 }
 
 // control runs after DNS resolution, on the address actually dialled.
-func (fp *forwardProxy) control(_ context.Context, _, address string, _ syscall.RawConn) error {
-	if fp.cfg.RelayAnywhere {
-		return nil
-	}
+// healthzKey marks a relayed GET /healthz, the one request Refuse lets through.
+type healthzKey struct{}
+
+func (fp *forwardProxy) control(ctx context.Context, _, address string, _ syscall.RawConn) error {
 	ap, err := netip.ParseAddrPort(address)
-	if err != nil || !ap.Addr().Unmap().IsLoopback() {
+	if err != nil {
+		return fmt.Errorf("%w: %s is not an address and port", ErrRelayDenied, address)
+	}
+	ap = netip.AddrPortFrom(ap.Addr().Unmap().WithZone(""), ap.Port())
+	if fp.cfg.Refuse != nil && fp.cfg.Refuse(ap) && ctx.Value(healthzKey{}) == nil {
+		return fmt.Errorf("%w: %s is one of the operator's own listeners", ErrRelayDenied, address)
+	}
+	if !fp.cfg.RelayAnywhere && !ap.Addr().IsLoopback() {
 		return fmt.Errorf("%w: %s is not loopback (set relayAnywhere to relay elsewhere)", ErrRelayDenied, address)
 	}
 	return nil
@@ -178,7 +191,11 @@ func (fp *forwardProxy) forward(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "mock proxy: absolute URI required", http.StatusBadRequest)
 		return
 	}
-	out := r.Clone(r.Context())
+	ctx := r.Context()
+	if r.Method == http.MethodGet && r.URL.Path == "/healthz" && r.URL.RawQuery == "" && r.ContentLength == 0 {
+		ctx = context.WithValue(ctx, healthzKey{}, true)
+	}
+	out := r.Clone(ctx)
 	out.RequestURI = ""
 	out.Header.Del("Proxy-Connection")
 	out.Header.Del("Proxy-Authorization")

@@ -95,6 +95,8 @@ type Provider struct {
 	delay time.Duration
 	now   func() time.Time
 	serve func(addr string, creds *providers.Credentials) (stop func(), err error)
+	// refuse names the destinations a served proxy never relays to (WithRefused).
+	refuse func(netip.AddrPort) bool
 
 	mu        sync.Mutex
 	instances map[string]*record // by ID
@@ -115,6 +117,12 @@ func WithClock(now func() time.Time) Option { return func(p *Provider) { p.now =
 // demanding the instance's credentials.
 func WithServer(serve func(addr string, creds *providers.Credentials) (stop func(), err error)) Option {
 	return func(p *Provider) { p.serve = serve }
+}
+
+// WithRefused makes the served proxies refuse to relay to every destination refuse names (the
+// operator's own listeners), even where they may relay to loopback.
+func WithRefused(refuse func(netip.AddrPort) bool) Option {
+	return func(p *Provider) { p.refuse = refuse }
 }
 
 // Validate names the first fault that is wrong ("faults[1]: ...").
@@ -145,7 +153,7 @@ func New(cfg Config, opts ...Option) (*Provider, error) {
 	if cfg.ServeProxies {
 		relayAnywhere := cfg.RelayAnywhere
 		p.serve = func(addr string, creds *providers.Credentials) (func(), error) {
-			return ServeForwardProxyWith(addr, ForwardConfig{RelayAnywhere: relayAnywhere, Credentials: creds})
+			return ServeForwardProxyWith(addr, ForwardConfig{RelayAnywhere: relayAnywhere, Credentials: creds, Refuse: p.refuse})
 		}
 	}
 	for _, o := range opts {

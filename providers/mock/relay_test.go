@@ -158,3 +158,49 @@ func TestRelayOnlyToLoopback(t *testing.T) {
 		})
 	}
 }
+
+// TestRelayRefusesOwnListeners (issue 21): a crawler holding a lease on a mock proxy asked it
+// to CONNECT (or GET) to the operator's hook port on loopback, and reached the hooks. The
+// destinations Refuse names are refused, loopback or not, relayAnywhere or not; other
+// loopback destinations are still relayed.
+func TestRelayRefusesOwnListeners(t *testing.T) {
+	own := echoServer(t, "127.0.0.1:0")
+	other := echoServer(t, "127.0.0.1:0")
+	ownAP := netip.MustParseAddrPort(own)
+	refuse := func(ap netip.AddrPort) bool { return ap == ownAP }
+	for _, anywhere := range []bool{false, true} {
+		addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		stop, err := mock.ServeForwardProxyWith(addr, mock.ForwardConfig{RelayAnywhere: anywhere, Refuse: refuse})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer stop()
+		if _, _, status := connect(t, addr, own); status != http.StatusForbidden {
+			t.Errorf("relayAnywhere=%v: CONNECT to an own listener: status %d, want 403", anywhere, status)
+		}
+		if _, _, status := connect(t, addr, other); status != http.StatusOK {
+			t.Errorf("relayAnywhere=%v: CONNECT to another loopback address: status %d, want 200", anywhere, status)
+		}
+		pc, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range []string{"GET /sync", "POST /sync", "GET /healthz?x=1", "POST /healthz"} {
+			method, path, _ := strings.Cut(r, " ")
+			fmt.Fprintf(pc, "%s http://%s%s HTTP/1.1\r\nHost: %s\r\nContent-Length: 2\r\n\r\n{}", method, own, path, own)
+			res, err := http.ReadResponse(bufio.NewReader(pc), nil)
+			if err != nil {
+				t.Fatalf("%s: %v", r, err)
+			}
+			res.Body.Close()
+			if res.StatusCode != http.StatusForbidden {
+				t.Errorf("relayAnywhere=%v: %s via an own listener: status %d, want 403", anywhere, r, res.StatusCode)
+			}
+			pc.Close()
+			if pc, err = net.DialTimeout("tcp", addr, 5*time.Second); err != nil {
+				t.Fatal(err)
+			}
+		}
+		pc.Close()
+	}
+}

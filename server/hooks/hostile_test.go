@@ -236,3 +236,35 @@ type syncResp struct {
 	Status    v1.ProxyStatus `json:"status"`
 	Finalized bool           `json:"finalized"`
 }
+
+// TestInvalidSpecKeepsNothing is issue 21, item 3: 61 Proxies whose attribute values were
+// 44 KB each were kept in the fleet view (254 MiB) and listed whole. An invalid spec is
+// recorded Failed, without its attributes and leasing nothing.
+func TestInvalidSpecKeepsNothing(t *testing.T) {
+	h := newHooks(t, newMock(t))
+	router := h.Handler()
+	big := strings.Repeat("v", 44<<10)
+	b, _ := json.Marshal(map[string]any{
+		"controller": map[string]any{"apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController", "metadata": map[string]any{"name": "proxy-operator"}},
+		"parent": map[string]any{"apiVersion": "crawl.example.com/v1alpha1", "kind": "Proxy",
+			"metadata": map[string]any{"name": "bloat", "namespace": "team-a", "uid": "uid-bloat", "generation": 1},
+			"spec": map[string]any{"mode": "External", "endpoint": map[string]any{"host": "192.0.2.1", "port": 3128},
+				"maxLeases": 100000, "attributes": map[string]any{"geo": "bloat", "a": big}}, "status": map[string]any{}},
+		"children": map[string]any{}, "related": map[string]any{},
+	})
+	rec := post(t, router, "/sync", b)
+	var resp syncResp
+	if err := json.Unmarshal(rec.Body.Bytes(), &resp); err != nil {
+		t.Fatal(err)
+	}
+	if resp.Status.Phase != v1.PhaseFailed {
+		t.Fatalf("phase %s, want Failed", resp.Status.Phase)
+	}
+	p, ok := h.Fleet.Get("team-a/bloat")
+	if !ok {
+		t.Fatal("an invalid Proxy is not listed at all: want it listed Failed")
+	}
+	if len(p.Attributes) != 0 || p.MaxLeases != 0 {
+		t.Errorf("fleet keeps %d attributes and maxLeases %d of an invalid spec; want none and 0", len(p.Attributes), p.MaxLeases)
+	}
+}

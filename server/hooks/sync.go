@@ -77,7 +77,7 @@ func (h *Hooks) sync(ctx context.Context, hook string, body []byte, ex *Exchange
 	if in.ProviderKnown {
 		h.setRetry(p, finalizing, d)
 	}
-	h.record(log, p, d, h.proxyCredentials(log, p, cred, req.Related))
+	h.record(log, p, d, h.proxyCredentials(log, p, cred, req.Related), in.SpecErr != nil)
 	if h.Events != nil {
 		if evs := events.For(in, d); len(evs) > 0 {
 			h.Events.Record(p, evs)
@@ -306,7 +306,7 @@ func (h *Hooks) proxyCredentials(log *slog.Logger, p *v1.Proxy, cred *credential
 }
 
 // record updates the fleet view and logs phase transitions.
-func (h *Hooks) record(log *slog.Logger, p *v1.Proxy, d lifecycle.Decision, creds *fleet.Credentials) {
+func (h *Hooks) record(log *slog.Logger, p *v1.Proxy, d lifecycle.Decision, creds *fleet.Credentials, invalid bool) {
 	if p.Status.Phase != d.Status.Phase {
 		log.Info("phase changed", "from", string(p.Status.Phase), "to", string(d.Status.Phase), "providerID", d.Status.ProviderID)
 	}
@@ -317,6 +317,13 @@ func (h *Hooks) record(log *slog.Logger, p *v1.Proxy, d lifecycle.Decision, cred
 		h.Fleet.Remove(p.Key())
 		return
 	}
+	attrs, maxLeases := fleet.WithExit(p.Spec.Attributes, d.Status.Exit), *p.Spec.MaxLeases
+	if invalid {
+		// An invalid spec is listed (Failed, with its condition) but none of it is kept: its
+		// attributes may be of any size and its maxLeases of any count (issue 21: 61 Proxies
+		// with 44 KB values kept 254 MiB and made every list 8 MB).
+		attrs, maxLeases = nil, 0
+	}
 	h.Fleet.Upsert(fleet.Proxy{
 		Key:         p.Key(),
 		UID:         string(p.UID),
@@ -326,8 +333,8 @@ func (h *Hooks) record(log *slog.Logger, p *v1.Proxy, d lifecycle.Decision, cred
 		ProviderID:  d.Status.ProviderID,
 		IP:          cmp.Or(d.Status.IP, d.ProbeIP),
 		Port:        p.Spec.ListenPort(),
-		Attributes:  fleet.WithExit(p.Spec.Attributes, d.Status.Exit),
-		MaxLeases:   *p.Spec.MaxLeases,
+		Attributes:  attrs,
+		MaxLeases:   maxLeases,
 		HealthCheck: *p.Spec.HealthCheck,
 		Phase:       d.Status.Phase,
 		Recorded:    lifecycle.RecordedHealth(d.Status),

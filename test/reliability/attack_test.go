@@ -4,12 +4,15 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +24,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/proxy-operator/proxy-operator/server/hooks/hookauth"
 )
 
 // The hostile-input suite (issue 10): every attack runs against the real operator binary in
@@ -87,10 +92,19 @@ func (l *lockedBuffer) String() string {
 
 // child is one operator process.
 type child struct {
-	cmd        *exec.Cmd
-	hookURL    string
-	discURL    string
-	hookPort   int
+	cmd      *exec.Cmd
+	hookURL  string
+	discURL  string
+	hookPort int
+	// hookToken is the hook listener's bearer token ("" with -hooks-insecure); hookClient
+	// trusts its certificate, legitHook is the legitimate caller's own client (see legitClient).
+	hookToken             string
+	hookTLS               *tls.Config
+	hookClient, legitHook *http.Client
+	// probeURL is a loopback target of the test's own that every mock Proxy is probed
+	// against through its proxy (a mock proxy relays nothing to the operator's listeners
+	// but GET /healthz, which a TLS hook listener does not answer in plain HTTP).
+	probeURL   string
 	log        *lockedBuffer
 	exited     chan struct{}
 	waitErr    error
@@ -124,9 +138,13 @@ func attackTokens() string {
 `, adminToken, teamAToken, readToken)
 }
 
+// attackHookToken is the hook listener's bearer token in the TLS configuration.
+const attackHookToken = "attack-hook-token-0123456789abcdef"
+
 // startChild runs the operator with args after the listen addresses; it is stopped (SIGTERM)
-// when the test ends.
-func startChild(t *testing.T, args ...string) *child {
+// when the test ends. With tlsHooks the hook listener is configured as shipped (TLS, a bearer
+// token, decision 0180) from files the test writes; otherwise -hooks-insecure.
+func startChild(t *testing.T, tlsHooks bool, args ...string) *child {
 	t.Helper()
 	bin := operatorBinary(t)
 	dir := t.TempDir()
@@ -135,20 +153,44 @@ func startChild(t *testing.T, args ...string) *child {
 		t.Fatal(err)
 	}
 	hp, dp := freeLoopbackPort(t), freeLoopbackPort(t)
-	all := append([]string{
+	c := &child{
+		hookURL: fmt.Sprintf("http://127.0.0.1:%d", hp), discURL: fmt.Sprintf("http://127.0.0.1:%d", dp), hookPort: hp,
+		log: &lockedBuffer{}, exited: make(chan struct{}), stopSample: make(chan struct{}),
+		hookClient: client, legitHook: legitClient,
+	}
+	hookArgs := []string{"-hooks-insecure"}
+	if tlsHooks {
+		caPEM, certPEM, keyPEM, err := hookauth.Generate([]string{"localhost"}, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		files := map[string][]byte{"tls.crt": certPEM, "tls.key": keyPEM, "token": []byte(attackHookToken + "\n")}
+		for name, b := range files {
+			if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		hookArgs = []string{"-hooks-tls-cert", filepath.Join(dir, "tls.crt"), "-hooks-tls-key", filepath.Join(dir, "tls.key"),
+			"-hooks-token-file", filepath.Join(dir, "token")}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(caPEM) {
+			t.Fatal("the generated CA does not parse")
+		}
+		c.hookTLS = &tls.Config{RootCAs: pool, ServerName: "localhost", MinVersion: tls.VersionTLS12}
+		c.hookURL, c.hookToken = fmt.Sprintf("https://127.0.0.1:%d", hp), attackHookToken
+		c.hookClient = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: c.hookTLS, MaxIdleConnsPerHost: 64}}
+		c.legitHook = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: c.hookTLS, DisableKeepAlives: true}}
+	}
+	probe := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	t.Cleanup(probe.Close)
+	c.probeURL = probe.URL + "/generate_204"
+	all := append(append([]string{
 		"-hook-addr", fmt.Sprintf("127.0.0.1:%d", hp),
 		"-discovery-addr", fmt.Sprintf("127.0.0.1:%d", dp),
 		"-providers-config", pcfg,
 		"-fleet-warmup", "0s",
 		"-log-format", "json",
-		// Plain hooks unless a test asks for TLS: it passes -hooks-insecure=false (the last
-		// value wins) with -hooks-tls-cert, -hooks-tls-key and -hooks-token-file.
-		"-hooks-insecure",
-	}, args...)
-	c := &child{
-		hookURL: fmt.Sprintf("http://127.0.0.1:%d", hp), discURL: fmt.Sprintf("http://127.0.0.1:%d", dp), hookPort: hp,
-		log: &lockedBuffer{}, exited: make(chan struct{}), stopSample: make(chan struct{}),
-	}
+	}, hookArgs...), args...)
 	c.cmd = exec.Command(bin, all...)
 	c.cmd.Stdout, c.cmd.Stderr = c.log, c.log
 	c.cmd.Env = append(os.Environ(), "GOMEMLIMIT=", "DISCOVERY_TOKEN=")
@@ -173,6 +215,15 @@ func startChild(t *testing.T, args ...string) *child {
 	return c
 }
 
+// dialHook opens a raw connection to the hook listener, TLS when it serves TLS.
+func (c *child) dialHook() (net.Conn, error) {
+	addr := fmt.Sprintf("127.0.0.1:%d", c.hookPort)
+	if c.hookTLS != nil {
+		return tls.DialWithDialer(&net.Dialer{Timeout: 30 * time.Second}, "tcp", addr, c.hookTLS)
+	}
+	return net.DialTimeout("tcp", addr, 30*time.Second)
+}
+
 func tail(s string, n int) string {
 	if len(s) > n {
 		return s[len(s)-n:]
@@ -186,7 +237,7 @@ func (c *child) ready(t *testing.T) {
 	deadline := time.Now().Add(60 * time.Second)
 	for _, u := range []string{c.hookURL + "/healthz", c.discURL + "/healthz"} {
 		for {
-			res, err := http.Get(u)
+			res, err := c.hookClient.Get(u)
 			if err == nil {
 				res.Body.Close()
 				if res.StatusCode == http.StatusOK {
@@ -291,10 +342,10 @@ func (p proxyDesc) body(finalizing bool, related map[string]any) []byte {
 	return b
 }
 
-func attackMockSpec(hookPort int, geo string) map[string]any {
+func attackMockSpec(probeURL string, geo string) map[string]any {
 	return map[string]any{
 		"mode": "Managed", "provider": "mock", "attributes": map[string]any{"geo": geo},
-		"healthCheck": map[string]any{"probeURL": fmt.Sprintf("http://127.0.0.1:%d/healthz", hookPort), "intervalSeconds": 1, "timeoutSeconds": 1, "successThreshold": 1},
+		"healthCheck": map[string]any{"probeURL": probeURL, "intervalSeconds": 1, "timeoutSeconds": 1, "successThreshold": 1},
 	}
 }
 
@@ -339,6 +390,11 @@ func postVia(cl *http.Client, url, token string, body []byte) (int, []byte, erro
 	return res.StatusCode, b, err
 }
 
+// hookPost is a hook call as Metacontroller makes it: the listener's token, its CA.
+func (c *child) hookPost(path string, body []byte) (int, []byte, error) {
+	return postVia(c.hookClient, c.hookURL+path, c.hookToken, body)
+}
+
 func get(url, token string) (int, []byte, error) {
 	req, err := http.NewRequest(http.MethodGet, url, nil)
 	if err != nil {
@@ -361,7 +417,7 @@ func (c *child) syncUntil(t *testing.T, p *proxyDesc, what string, done func(syn
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		code, b, err := post(c.hookURL+"/sync", "", p.body(false, nil))
+		code, b, err := c.hookPost("/sync", p.body(false, nil))
 		if err != nil || code != http.StatusOK {
 			t.Fatalf("sync %s/%s: %d %v %.300s", p.ns, p.name, code, err, b)
 		}
@@ -424,7 +480,7 @@ func (c *child) startLegit(p proxyDesc) *legit {
 			default:
 			}
 			start := time.Now()
-			code, b, err := postVia(legitClient, c.hookURL+"/sync", "", body)
+			code, b, err := postVia(c.legitHook, c.hookURL+"/sync", c.hookToken, body)
 			d := time.Since(start)
 			l.mu.Lock()
 			l.hook = append(l.hook, d)
@@ -536,12 +592,15 @@ func TestHostileInput(t *testing.T) {
 	if err := os.WriteFile(tokens, []byte(attackTokens()), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c := startChild(t, "-discovery-token-file", tokens, "-hook-memory-limit", "256Mi")
+	// The hooks as shipped: TLS and a bearer token (decision 0211). The hook floods carry the
+	// token (a stolen one, or a Metacontroller relaying whatever a tenant wrote): the bounds
+	// must hold for an authenticated caller; the forged-hook attack carries none.
+	c := startChild(t, true, "-discovery-token-file", tokens, "-hook-memory-limit", "256Mi")
 	c.ready(t)
 	dur := attackDuration(t)
 
 	// The legitimate Proxy: Ready and healthy before any attack.
-	good := proxyDesc{ns: "team-a", name: "legit", uid: "uid-legit", spec: attackMockSpec(c.hookPort, "legit")}
+	good := proxyDesc{ns: "team-a", name: "legit", uid: "uid-legit", spec: attackMockSpec(c.probeURL, "legit")}
 	c.syncUntil(t, &good, "Ready", func(a syncAnswer) bool { return a.Status.Phase == "Ready" })
 
 	t.Run("cooldown flood", func(t *testing.T) { attackCooldownFlood(t, c, good, dur) })
@@ -551,6 +610,14 @@ func TestHostileInput(t *testing.T) {
 	t.Run("ssrf endpoints", func(t *testing.T) { attackSSRF(t, c, good) })
 	t.Run("discovery scopes", func(t *testing.T) { attackScopes(t, c, good) })
 	t.Run("malformed queries", func(t *testing.T) { attackMalformedQuery(t, c) })
+	t.Run("pool lowMax", func(t *testing.T) { attackPoolLowMax(t, c, good, dur) })
+	t.Run("shapes", func(t *testing.T) { attackShapes(t, c, good, dur) })
+	t.Run("attribute bloat", func(t *testing.T) { attackAttributeBloat(t, c, good, dur) })
+	t.Run("connection flood", func(t *testing.T) { attackConnFlood(t, c, good) })
+	t.Run("quota starvation", func(t *testing.T) { attackQuotaStarvation(t, c, good) })
+	t.Run("relay to own listeners", func(t *testing.T) { attackRelayToOwnListeners(t, c) })
+	t.Run("lease flood", func(t *testing.T) { attackLeaseFlood(t, c, good, dur) })
+	t.Run("forged hooks", func(t *testing.T) { attackForgedHooks(t, c, good, dur) })
 	t.Logf("operator peak RSS over the whole suite (VmHWM): %.1f MiB", float64(procStatus(c.cmd.Process.Pid, "VmHWM"))/(1<<20))
 }
 
@@ -638,7 +705,7 @@ func attackBigBodies(t *testing.T, c *child, good proxyDesc, dur time.Duration) 
 		go func() {
 			defer wg.Done()
 			for time.Now().Before(deadline) {
-				code, _, err := post(c.hookURL+"/sync", "", bodies[w%len(bodies)])
+				code, _, err := c.hookPost("/sync", bodies[w%len(bodies)])
 				if err != nil {
 					if isConnClosed(err) {
 						continue // the server may close a connection it refused
@@ -677,12 +744,12 @@ func attackSlowBodies(t *testing.T, c *child, good proxyDesc, dur time.Duration)
 		go func() {
 			defer wg.Done()
 			for ctx.Err() == nil {
-				conn, err := net.Dial("tcp", strings.TrimPrefix(c.hookURL, "http://"))
+				conn, err := c.dialHook()
 				if err != nil {
 					return
 				}
 				opened.Add(1)
-				fmt.Fprintf(conn, "POST /sync HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 4000000\r\n\r\n{")
+				fmt.Fprintf(conn, "POST /sync HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: 4000000\r\n\r\n{", c.hookToken)
 				for ctx.Err() == nil {
 					if _, err := conn.Write([]byte(" ")); err != nil {
 						break
@@ -709,13 +776,13 @@ func attackSlowBodies(t *testing.T, c *child, good proxyDesc, dur time.Duration)
 // attackCrossTenant: a Proxy whose status.providerID names another tenant's instance (issue:
 // /finalize deleted it).
 func attackCrossTenant(t *testing.T, c *child, good proxyDesc) {
-	victim := proxyDesc{ns: "team-a", name: "victim", uid: "uid-victim", spec: attackMockSpec(c.hookPort, "victim")}
+	victim := proxyDesc{ns: "team-a", name: "victim", uid: "uid-victim", spec: attackMockSpec(c.probeURL, "victim")}
 	va := c.syncUntil(t, &victim, "Ready", func(a syncAnswer) bool { return a.Status.Phase == "Ready" })
 	id := va.Status.ProviderID
-	evil := proxyDesc{ns: "team-b", name: "evil", uid: "uid-evil", spec: attackMockSpec(c.hookPort, "evil"),
+	evil := proxyDesc{ns: "team-b", name: "evil", uid: "uid-evil", spec: attackMockSpec(c.probeURL, "evil"),
 		status: map[string]any{"phase": "Ready", "providerID": id}}
 	// A sync must not read the victim's instance (its IP) either.
-	code, b, err := post(c.hookURL+"/sync", "", evil.body(false, nil))
+	code, b, err := c.hookPost("/sync", evil.body(false, nil))
 	if err != nil || code != http.StatusOK {
 		t.Fatalf("evil sync: %d %v %.300s", code, err, b)
 	}
@@ -725,7 +792,7 @@ func attackCrossTenant(t *testing.T, c *child, good proxyDesc) {
 		t.Errorf("evil sync took over the victim's instance: %+v", ea.Status)
 	}
 	evil.status = map[string]any{"phase": "Ready", "providerID": id}
-	code, b, err = post(c.hookURL+"/finalize", "", evil.body(true, nil))
+	code, b, err = c.hookPost("/finalize", evil.body(true, nil))
 	if err != nil || code != http.StatusOK {
 		t.Fatalf("evil finalize: %d %v %.300s", code, err, b)
 	}
@@ -804,7 +871,7 @@ func attackSSRF(t *testing.T, c *child, good proxyDesc) {
 
 // attackScopes: tokens are scoped to namespaces and rights.
 func attackScopes(t *testing.T, c *child, good proxyDesc) {
-	other := proxyDesc{ns: "team-b", name: "other", uid: "uid-other", spec: attackMockSpec(c.hookPort, "other")}
+	other := proxyDesc{ns: "team-b", name: "other", uid: "uid-other", spec: attackMockSpec(c.probeURL, "other")}
 	c.syncUntil(t, &other, "Ready", func(a syncAnswer) bool { return a.Status.Phase == "Ready" })
 	for _, tc := range []struct {
 		name, method, path, token, body string
@@ -864,7 +931,7 @@ func TestDiscoveryRefusesToStartWithoutToken(t *testing.T) {
 		{"blank token file", []string{"-discovery-token-file", blank}, "no token"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := startChild(t, tc.args...)
+			c := startChild(t, false, tc.args...)
 			select {
 			case <-c.exited:
 			case <-time.After(60 * time.Second):
@@ -879,7 +946,7 @@ func TestDiscoveryRefusesToStartWithoutToken(t *testing.T) {
 		})
 	}
 	t.Run("insecure is explicit", func(t *testing.T) {
-		c := startChild(t, "-discovery-insecure")
+		c := startChild(t, false, "-discovery-insecure")
 		c.ready(t)
 		if code, b, err := get(c.discURL+"/v1/proxies", ""); err != nil || code != http.StatusOK {
 			t.Errorf("insecure list: %d %v %.200s", code, err, b)
