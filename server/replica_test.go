@@ -14,7 +14,11 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/proxy-operator/proxy-operator/internal/fleet"
+	"github.com/proxy-operator/proxy-operator/internal/healthtest"
+	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
 	"github.com/proxy-operator/proxy-operator/internal/redistest"
+	"github.com/proxy-operator/proxy-operator/lease/redisstore"
 	"github.com/proxy-operator/proxy-operator/server"
 )
 
@@ -108,5 +112,76 @@ func TestDiscoveryReplicaMetricsAndRedisChecks(t *testing.T) {
 	bad.Lease.PasswordFile = t.TempDir() + "/no-such-file"
 	if _, err := server.NewDiscovery(bad); err == nil || !strings.Contains(err.Error(), "no-such-file does not exist") {
 		t.Errorf("missing password file: %v, want an error naming it", err)
+	}
+}
+
+// TestReplicaChecksRecordsWithItsEgressPolicy is issue 21 (point 6) at the process: a
+// discovery replica checks every record it reads from Redis with its own egress policy, so a
+// record on loopback (the replica's default policy denies it) is never leased, and is counted.
+func TestReplicaChecksRecordsWithItsEgressPolicy(t *testing.T) {
+	srv := redistest.Start(t)
+	rc := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer rc.Close()
+	ctx := context.Background()
+	const prefix = "{egress}:"
+	store, err := redisstore.New(redisstore.Config{Client: rc, Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	view, health := fleet.New(time.Now, 0), &healthtest.Map{}
+	view.Upsert(fleet.Proxy{Key: "ns/loop", UID: "loop", IP: "127.0.0.1", Port: 3128, MaxLeases: 10, Phase: "Ready"})
+	view.Upsert(fleet.Proxy{Key: "ns/far", UID: "far", IP: "10.0.0.9", Port: 3128, MaxLeases: 10, Phase: "Ready"})
+	health.SetState("ns/loop", lifecycle.HealthHealthy, 1) // the faster: chosen first by the script
+	health.SetState("ns/far", lifecycle.HealthHealthy, 50)
+	if err := redisstore.NewPublisher(redisstore.PublisherConfig{Store: store, Fleet: view, Health: health}).Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cfg := server.DiscoveryConfig{Discovery: server.DiscoveryAPIConfig{Addr: "127.0.0.1:0", Insecure: true},
+		Lease: server.DiscoveryDefaults().Lease}
+	cfg.Lease.Store, cfg.Lease.StorePrefix = "redis://"+srv.Addr+"/0", prefix
+	d, err := server.NewDiscovery(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- d.Run(runCtx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	hc := &http.Client{Timeout: 10 * time.Second}
+	base := "http://" + d.Addr()
+	lease := func() (int, string) {
+		res, err := hc.Post(base+"/v1/leases", "application/json", strings.NewReader(`{}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	// The replica serves once its reader has read the published fleet (503 until then).
+	code, body := lease()
+	for deadline := time.Now().Add(30 * time.Second); code == http.StatusServiceUnavailable && time.Now().Before(deadline); {
+		<-time.After(50 * time.Millisecond)
+		code, body = lease()
+	}
+	for i := range 3 {
+		if code != http.StatusOK || !strings.Contains(body, `"ns/far"`) || strings.Contains(body, "127.0.0.1") {
+			t.Fatalf("lease %d: %d %s; want ns/far, never the loopback record", i, code, body)
+		}
+		code, body = lease()
+	}
+	res, err := hc.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if !strings.Contains(string(metrics), "proxy_operator_lease_records_denied_total 1\n") {
+		t.Errorf("replica /metrics lacks proxy_operator_lease_records_denied_total 1")
 	}
 }

@@ -3,13 +3,14 @@ package gcp
 import (
 	"testing"
 
+	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
 	"github.com/proxy-operator/proxy-operator/providers/providertest"
 )
 
 // TestSampleProxyCreatesInstance reads the shipped GCP sample Proxy and sends the insert it
 // leads to, so the sample cannot drift from what the provider requires.
 func TestSampleProxyCreatesInstance(t *testing.T) {
-	px, req := providertest.Sample(t, "../../crds/samples/proxy_gcp.yaml")
+	px, req := providertest.Sample(t, "../../crds/samples/proxy_gcp.yaml", lifecycle.SpecHash)
 	pl := px.Spec.Placement
 	api := newComputeAPI(t)
 	api.on("POST", instancesPath(pl.Zone), reply{200, operation("insert", "RUNNING")})

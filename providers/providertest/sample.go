@@ -8,7 +8,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
-	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
 	"github.com/proxy-operator/proxy-operator/providers"
 )
 
@@ -19,7 +18,8 @@ const SampleUID = "5d0c6a1e-2f3b-4c5d-8e9f-0a1b2c3d4e5f"
 // package), checks that it decodes strictly, validates, and carries an inline #cloud-config
 // that installs squid, and returns the create request the sync core would make from it, so a
 // provider's test can send it and the sample cannot drift from what the provider requires.
-func Sample(t *testing.T, path string) (v1.Proxy, providers.CreateRequest) {
+// specHash is the sync core's (lifecycle.SpecHash: providers may not import it).
+func Sample(t *testing.T, path string, specHash func(*v1.ProxySpec, string) string) (v1.Proxy, providers.CreateRequest) {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -49,7 +49,7 @@ func Sample(t *testing.T, path string) (v1.Proxy, providers.CreateRequest) {
 	if len(parsed.Packages) == 0 || parsed.Packages[0] != "squid" {
 		t.Errorf("%s: cloud-init packages = %v, want squid first", path, parsed.Packages)
 	}
-	hash := lifecycle.SpecHash(&px.Spec, ci)
+	hash := specHash(&px.Spec, ci)
 	pl := px.Spec.Placement
 	return px, providers.CreateRequest{
 		Name: providers.InstanceName(SampleUID, hash), OwnerUID: SampleUID, SpecHash: hash,

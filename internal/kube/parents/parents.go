@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 
+	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/internal/kube"
 )
 
@@ -41,23 +42,28 @@ func (k Kind) String() string {
 }
 
 // Parent is what the API server says about one parent: its identity, whether it is being
-// deleted, and its spec.
+// deleted, and its spec (decoded once, when the watch delivered it).
 type Parent struct {
 	UID        types.UID
 	Generation int64
 	Deleting   bool
-	spec       map[string]any
+	// spec is a *v1.ProxySpec or a *v1.ProxyPoolSpec; nil when the stored spec did not decode.
+	spec any
 }
 
-// DecodeSpec decodes the parent's spec into into (a pointer to the spec's Go type).
-func (p Parent) DecodeSpec(into any) error {
-	if p.spec == nil {
-		return nil
-	}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(p.spec, into); err != nil {
-		return fmt.Errorf("parents: decode spec: %w", err)
-	}
-	return nil
+// object is what the cache holds of a parent: its identity and deletion, and its spec decoded
+// into the Go type. Status, labels, annotations, finalizers and managedFields are not kept.
+type object struct {
+	metav1.TypeMeta
+	metav1.ObjectMeta
+	spec any
+}
+
+// DeepCopyObject implements runtime.Object; the spec is never modified, so it is shared.
+func (o *object) DeepCopyObject() runtime.Object {
+	c := *o
+	o.ObjectMeta.DeepCopyInto(&c.ObjectMeta)
+	return &c
 }
 
 // syncWarnAfter is how long Run waits for the first list before it says, once, that the
@@ -83,10 +89,11 @@ func New(dyn dynamic.Interface, log *slog.Logger) (*Cache, error) {
 	}
 	f := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
 	c := &Cache{factory: f, log: log, proxies: f.ForResource(kube.ProxyResource), pools: f.ForResource(kube.PoolResource)}
-	for _, inf := range []informers.GenericInformer{c.proxies, c.pools} {
-		if err := inf.Informer().SetTransform(Trim); err != nil {
-			return nil, fmt.Errorf("parents: %w", err)
-		}
+	if err := c.proxies.Informer().SetTransform(Trim(Proxy)); err != nil {
+		return nil, fmt.Errorf("parents: %w", err)
+	}
+	if err := c.pools.Informer().SetTransform(Trim(Pool)); err != nil {
+		return nil, fmt.Errorf("parents: %w", err)
 	}
 	return c, nil
 }
@@ -121,46 +128,52 @@ func (c *Cache) Get(k Kind, namespace, name string) (Parent, bool) {
 	if k == Pool {
 		inf = c.pools
 	}
-	obj, err := inf.Lister().ByNamespace(namespace).Get(name)
+	// The indexer, not the dynamic lister: the lister asserts *unstructured.Unstructured, and
+	// the cache holds trimmed objects.
+	obj, exists, err := inf.Informer().GetIndexer().GetByKey(namespace + "/" + name)
 	if err != nil {
-		if !apierrors.IsNotFound(err) {
-			c.log.Error("API server cache lookup failed", "kind", k.String(), "key", namespace+"/"+name, "err", err)
-		}
+		c.log.Error("API server cache lookup failed", "kind", k.String(), "key", namespace+"/"+name, "err", err)
 		return Parent{}, false
 	}
-	u, ok := obj.(*unstructured.Unstructured)
+	if !exists {
+		return Parent{}, false
+	}
+	o, ok := obj.(*object)
 	if !ok {
 		return Parent{}, false
 	}
-	spec, _, _ := unstructured.NestedMap(u.Object, "spec")
-	return Parent{UID: u.GetUID(), Generation: u.GetGeneration(), Deleting: u.GetDeletionTimestamp() != nil, spec: spec}, true
+	return Parent{UID: o.UID, Generation: o.Generation, Deleting: o.DeletionTimestamp != nil, spec: o.spec}, true
 }
 
-// Trim is the informers' transform: it keeps of an object only what a hook call is checked
-// against (name, namespace, uid, generation, resourceVersion, deletionTimestamp and the
-// spec), so 10,000 Proxies cost their specs and little more; status, labels, annotations and
-// managedFields are dropped. Objects it does not know pass unchanged (the informer's
-// tombstones).
-func Trim(obj any) (any, error) {
-	u, ok := obj.(*unstructured.Unstructured)
-	if !ok {
-		return obj, nil
+// Trim returns the transform of the informer of kind k: it keeps of an object only what a
+// hook call is checked against (name, namespace, uid, generation, resourceVersion,
+// deletionTimestamp) and its spec, decoded into the kind's Go type once here rather than on
+// every hook call. Status, labels, annotations, finalizers and managedFields are dropped, so
+// 10,000 Proxies cost their specs and little more. Objects it does not know pass unchanged
+// (the informer's tombstones).
+func Trim(k Kind) cache.TransformFunc {
+	return func(obj any) (any, error) {
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			return obj, nil
+		}
+		o := &object{
+			TypeMeta: metav1.TypeMeta{APIVersion: u.GetAPIVersion(), Kind: u.GetKind()},
+			ObjectMeta: metav1.ObjectMeta{Name: u.GetName(), Namespace: u.GetNamespace(), UID: u.GetUID(),
+				Generation: u.GetGeneration(), ResourceVersion: u.GetResourceVersion(), DeletionTimestamp: u.GetDeletionTimestamp()},
+		}
+		raw, _, _ := unstructured.NestedMap(u.Object, "spec")
+		var spec any = &v1.ProxySpec{}
+		if k == Pool {
+			spec = &v1.ProxyPoolSpec{}
+		}
+		// A spec that does not decode (the CRD's schema makes that unlikely) is kept as nil:
+		// every body then disagrees with it, as it should.
+		if runtime.DefaultUnstructuredConverter.FromUnstructured(raw, spec) == nil {
+			o.spec = spec
+		}
+		return o, nil
 	}
-	meta := map[string]any{
-		"name":            u.GetName(),
-		"namespace":       u.GetNamespace(),
-		"uid":             string(u.GetUID()),
-		"generation":      u.GetGeneration(),
-		"resourceVersion": u.GetResourceVersion(),
-	}
-	if ts := u.GetDeletionTimestamp(); ts != nil {
-		meta["deletionTimestamp"] = ts.UTC().Format(time.RFC3339)
-	}
-	out := map[string]any{"apiVersion": u.GetAPIVersion(), "kind": u.GetKind(), "metadata": meta}
-	if spec, ok := u.Object["spec"]; ok {
-		out["spec"] = spec
-	}
-	return &unstructured.Unstructured{Object: out}, nil
 }
 
 // Reasons a hook body disagrees with the API server (the label of the disagreement metric).
@@ -188,8 +201,8 @@ type Source interface {
 
 // Check says whether src agrees with a hook body about the parent namespace/name of kind k:
 // "" when it does, else the reason it does not. The body agrees when the API server holds the
-// parent with its uid, is deleting it if the body is a finalize call, and holds spec (compared
-// after decoding the cached spec into S; nil and empty maps and slices are equal).
+// parent with its uid, is deleting it if the body is a finalize call, and holds spec (S is
+// v1.ProxySpec for Proxy, v1.ProxyPoolSpec for Pool; nil and empty maps and slices are equal).
 func Check[S any](src Source, k Kind, namespace, name string, uid types.UID, finalizing bool, spec *S) string {
 	if !src.Synced() {
 		return ReasonNotSynced
@@ -203,8 +216,8 @@ func Check[S any](src Source, k Kind, namespace, name string, uid types.UID, fin
 	case finalizing && !cached.Deleting:
 		return ReasonNotDeleting
 	}
-	var want S
-	if err := cached.DecodeSpec(&want); err != nil || !equality.Semantic.DeepEqual(&want, spec) {
+	want, ok := cached.spec.(*S)
+	if !ok || !equality.Semantic.DeepEqual(want, spec) {
 		return ReasonSpec
 	}
 	return ""

@@ -3,10 +3,10 @@ package parents_test
 import (
 	"context"
 	"encoding/json"
-	"reflect"
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -140,12 +140,12 @@ func TestCacheAgainstAPIServer(t *testing.T) {
 }
 
 // TestTrimKeepsIdentityAndSpec: the cache holds name, namespace, uid, generation,
-// resourceVersion, deletionTimestamp and spec; status, labels, annotations and managedFields
-// are dropped.
+// resourceVersion, deletionTimestamp and the decoded spec; status, labels, annotations,
+// finalizers and managedFields are dropped.
 func TestTrimKeepsIdentityAndSpec(t *testing.T) {
 	now := metav1.NewTime(time.Date(2026, 12, 2, 4, 0, 0, 0, time.UTC))
 	in := &unstructured.Unstructured{Object: map[string]any{"apiVersion": v1.APIVersion, "kind": v1.Kind,
-		"status": map[string]any{"phase": "Ready"}, "spec": map[string]any{"mode": "Managed"}}}
+		"status": map[string]any{"phase": "Ready"}, "spec": map[string]any{"mode": "Managed", "provider": "mock"}}}
 	in.SetName("va")
 	in.SetNamespace("team-a")
 	in.SetUID("u1")
@@ -156,18 +156,26 @@ func TestTrimKeepsIdentityAndSpec(t *testing.T) {
 	in.SetAnnotations(map[string]string{"big": "x"})
 	in.SetManagedFields([]metav1.ManagedFieldsEntry{{Manager: "kubectl"}})
 	in.SetFinalizers([]string{"f"})
-	out, err := parents.Trim(in)
+	out, err := parents.Trim(parents.Proxy)(in)
 	if err != nil {
 		t.Fatal(err)
 	}
-	u := out.(*unstructured.Unstructured)
-	want := map[string]any{"apiVersion": v1.APIVersion, "kind": v1.Kind, "spec": map[string]any{"mode": "Managed"},
-		"metadata": map[string]any{"name": "va", "namespace": "team-a", "uid": "u1", "generation": int64(3), "resourceVersion": "42",
-			"deletionTimestamp": "2026-12-02T04:00:00Z"}}
-	if !reflect.DeepEqual(u.Object, want) {
-		t.Errorf("Trim = %v, want %v", u.Object, want)
+	m, err := meta.Accessor(out)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if got, _ := parents.Trim("tombstone"); got != "tombstone" {
+	if m.GetName() != "va" || m.GetNamespace() != "team-a" || m.GetUID() != "u1" || m.GetGeneration() != 3 || m.GetResourceVersion() != "42" ||
+		m.GetDeletionTimestamp() == nil || !m.GetDeletionTimestamp().Equal(&now) {
+		t.Errorf("identity not kept: %s/%s uid %s generation %d resourceVersion %s deletionTimestamp %v",
+			m.GetNamespace(), m.GetName(), m.GetUID(), m.GetGeneration(), m.GetResourceVersion(), m.GetDeletionTimestamp())
+	}
+	if len(m.GetLabels())+len(m.GetAnnotations())+len(m.GetManagedFields())+len(m.GetFinalizers()) != 0 {
+		t.Errorf("kept labels %v annotations %v managedFields %v finalizers %v", m.GetLabels(), m.GetAnnotations(), m.GetManagedFields(), m.GetFinalizers())
+	}
+	if _, ok := out.(*unstructured.Unstructured); ok {
+		t.Error("Trim kept the unstructured object (status included)")
+	}
+	if got, _ := parents.Trim(parents.Proxy)("tombstone"); got != "tombstone" {
 		t.Errorf("Trim of a non-object = %v, want it unchanged", got)
 	}
 }

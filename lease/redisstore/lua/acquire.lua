@@ -143,7 +143,7 @@ for i = FIRST, #ARGV do
   local b = ARGV[i]
   local members = redis.call('SCARD', P .. 'bm:' .. b)
   matching = matching + members
-  if capped(redis.call('HGET', P .. 'bns', b) or '') then
+  if maxheld > 0 and capped(redis.call('HGET', P .. 'bns', b) or '') then
     -- The holder's share of this namespace is taken: its proxies are others' to lease.
     held_out = held_out + members
   else
@@ -152,12 +152,12 @@ for i = FIRST, #ARGV do
 end
 if not best then best = fallback end
 if not best then
-  -- Demand for the pools whose members were at capacity, once per pool (namespace/pool).
   if held_out > 0 then
     -- The holder's own share kept it from proxies it could otherwise have had: that is
     -- the answer (429), with when its first lease there ends.
     return {'holdercap', fmt(capped_at or now), matching, held_out}
   end
+  -- Demand for the pools whose members were at capacity, once per pool (namespace/pool).
   local seen = {}
   for i = FIRST, #ARGV do
     local b = ARGV[i]

@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 )
 
 // MinTokenLength is the shortest hook token accepted, as for discovery tokens.
@@ -32,16 +33,64 @@ type Credentials struct {
 	CA []byte
 	// Token is the bearer token every hook call must carry.
 	Token string
+
+	// files, when set, serves the certificate files' current content in place of Cert.
+	files *fileCert
 }
 
 // TLSConfig is the listener's TLS config: TLS 1.2 or later (as Metacontroller's client asks,
-// metacontroller/metacontroller@v4.17.2:pkg/hooks/webhook.go buildTLSTransport).
+// metacontroller/metacontroller@v4.17.2:pkg/hooks/webhook.go buildTLSTransport). With
+// credentials from files, each handshake serves the files' current certificate.
 func (c *Credentials) TLSConfig() *tls.Config {
-	return &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{c.Cert}}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if c.files != nil {
+		cfg.GetCertificate = c.files.get
+	} else {
+		cfg.Certificates = []tls.Certificate{c.Cert}
+	}
+	return cfg
+}
+
+// fileCert re-reads a certificate and key when either file changed (size or modification
+// time; a mounted Secret is replaced by a symlink swap, which changes both), so a certificate
+// cert-manager renews is served without a restart. A pair that does not load (caught half
+// written) leaves the last good one in place until the next change.
+type fileCert struct {
+	certFile, keyFile string
+	mu                sync.Mutex
+	stamp             string
+	cert              *tls.Certificate
+}
+
+func (f *fileCert) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	stamp := fileStamp(f.certFile) + "|" + fileStamp(f.keyFile)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if stamp != f.stamp {
+		f.stamp = stamp
+		certPEM, err1 := readFile(f.certFile)
+		keyPEM, err2 := readFile(f.keyFile)
+		if err1 == nil && err2 == nil {
+			if cert, err := tls.X509KeyPair(certPEM, keyPEM); err == nil {
+				f.cert = &cert
+			}
+		}
+	}
+	return f.cert, nil
+}
+
+// fileStamp is what says a file changed: its size and modification time ("" when missing).
+func fileStamp(path string) string {
+	st, err := os.Stat(path)
+	if err != nil {
+		return ""
+	}
+	return fmt.Sprintf("%d/%d", st.Size(), st.ModTime().UnixNano())
 }
 
 // LoadFiles reads a PEM certificate (chain), its key and a token file (one line; surrounding
-// white space is ignored, as Metacontroller trims the Secret value it sends).
+// white space is ignored, as Metacontroller trims the Secret value it sends). The certificate
+// and key are read again when they change (a renewal); the token is read once.
 func LoadFiles(certFile, keyFile, tokenFile string) (*Credentials, error) {
 	certPEM, err := readFile(certFile)
 	if err != nil {
@@ -55,7 +104,13 @@ func LoadFiles(certFile, keyFile, tokenFile string) (*Credentials, error) {
 	if err != nil {
 		return nil, fmt.Errorf("-hooks-token-file: %w", err)
 	}
-	return parse(certPEM, keyPEM, nil, tok, "-hooks-tls-cert/-hooks-tls-key", "-hooks-token-file")
+	creds, err := parse(certPEM, keyPEM, nil, tok, "-hooks-tls-cert/-hooks-tls-key", "-hooks-token-file")
+	if err != nil {
+		return nil, err
+	}
+	creds.files = &fileCert{certFile: certFile, keyFile: keyFile, cert: &creds.Cert,
+		stamp: fileStamp(certFile) + "|" + fileStamp(keyFile)}
+	return creds, nil
 }
 
 // parse checks and assembles credentials; certWhat and tokenWhat name the sources in errors.

@@ -1,8 +1,10 @@
 package hookauth_test
 
 import (
+	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
@@ -106,5 +108,77 @@ func TestLoadFiles(t *testing.T) {
 				t.Errorf("%v is not ErrBadCredentials", err)
 			}
 		})
+	}
+}
+
+// TestLoadFilesFollowsRenewal: a listener built from files serves the renewed certificate once
+// the files change (as cert-manager renews a mounted Secret), without a restart; a pair caught
+// half written keeps the last good one.
+func TestLoadFilesFollowsRenewal(t *testing.T) {
+	dir := t.TempDir()
+	certFile, keyFile, tokFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"), filepath.Join(dir, "token")
+	when := time.Now()
+	write := func(cert, key []byte) {
+		t.Helper()
+		when = when.Add(time.Minute) // a distinct modification time, as a new mount has
+		for p, b := range map[string][]byte{certFile: cert, keyFile: key} {
+			if err := os.WriteFile(p, b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chtimes(p, when, when); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	_, certA, keyA, err := hookauth.Generate([]string{"localhost"}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, certB, keyB, err := hookauth.Generate([]string{"localhost"}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(certA, keyA)
+	if err := os.WriteFile(tokFile, []byte("0123456789abcdef-token"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	creds, err := hookauth.LoadFiles(certFile, keyFile, tokFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", creds.TLSConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { _ = c.(*tls.Conn).Handshake(); _ = c.Close() }()
+		}
+	}()
+	served := func() []byte {
+		t.Helper()
+		c, err := tls.Dial("tcp", ln.Addr().String(), &tls.Config{InsecureSkipVerify: true}) // only which certificate is served is read
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		return c.ConnectionState().PeerCertificates[0].Raw
+	}
+	der := func(p []byte) []byte { b, _ := pem.Decode(p); return b.Bytes }
+	if !bytes.Equal(served(), der(certA)) {
+		t.Fatal("the first certificate is not served")
+	}
+	write(certB, keyB)
+	if !bytes.Equal(served(), der(certB)) {
+		t.Error("the renewed certificate is not served")
+	}
+	write(certA, keyB) // caught half written: the pair does not match
+	if !bytes.Equal(served(), der(certB)) {
+		t.Error("a pair that does not load replaced the last good certificate")
 	}
 }
