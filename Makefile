@@ -109,7 +109,7 @@ bench-crawl:
 # with the quality score (the default) and without it (-lease-by-quality=false). About 4 minutes.
 ## bench-crawl-score: leases with and without the quality score on a farm with datacenter and slow proxies (about 4 minutes)
 bench-crawl-score:
-	$(GO) run ./bench/crawl/cmd/crawlbench -degraded $(CRAWL_ARGS)
+	$(GO) run ./test/crawl/cmd/crawlbench -degraded $(CRAWL_ARGS)
 
 # fuzz runs every fuzz target in the module for FUZZTIME each, one after another (go test
 # -fuzz takes one target per run). CI runs it with FUZZTIME=10s; a crash is saved under the
