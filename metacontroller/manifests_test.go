@@ -715,11 +715,12 @@ func TestWiringAgrees(t *testing.T) {
 		}
 	})
 
-	t.Run("RBAC: list, watch and patch proxies, record events, annotate the two controllers, the hook Secrets, nothing else", func(t *testing.T) {
+	t.Run("RBAC: list, watch and patch proxies, list and watch proxypools, record events, annotate the two controllers, the hook Secrets, nothing else", func(t *testing.T) {
 		// What these rules grant is checked on a real API server by SubjectAccessReview in
 		// TestKustomizationAppliesToAPIServer.
 		want := []rbacv1.PolicyRule{
 			{APIGroups: []string{"crawl.example.com"}, Resources: []string{"proxies"}, Verbs: []string{"list", "watch", "patch"}},
+			// The hooks' API server cache (0190).
 			{APIGroups: []string{"crawl.example.com"}, Resources: []string{"proxypools"}, Verbs: []string{"list", "watch"}},
 			{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 			{APIGroups: []string{"metacontroller.k8s.io"}, Resources: []string{"compositecontrollers"},
