@@ -109,7 +109,7 @@ bench-crawl:
 # with the quality score (the default) and without it (-lease-by-quality=false). About 4 minutes.
 ## bench-crawl-score: leases with and without the quality score on a farm with datacenter and slow proxies (about 4 minutes)
 bench-crawl-score:
-	$(GO) run ./bench/crawl/cmd/crawlbench -degraded $(CRAWL_ARGS)
+	$(GO) run ./test/crawl/cmd/crawlbench -degraded $(CRAWL_ARGS)
 
 # fuzz runs every fuzz target in the module for FUZZTIME each, one after another (go test
 # -fuzz takes one target per run). CI runs it with FUZZTIME=10s; a crash is saved under the
@@ -128,11 +128,14 @@ fuzz:
 # syncs arrive; prints p50/p99 of both servers (make test runs the same test for 5 s, with -race).
 # attack: the hostile-input suite (test/reliability/attack_test.go) against the operator binary in a
 # child process, each flood for ATTACK_SECONDS (60); prints peak RSS and the legitimate calls'
-# p99 per attack (make test runs it with 2 s floods).
+# p99 per attack (make test runs it with 2 s floods). Then the forged hooks with a stolen token,
+# against an in-process operator that has a real kube-apiserver (server.TestForgedHooksChangeNothing;
+# skipped without KUBEBUILDER_ASSETS).
 ATTACK_SECONDS ?= 60
 ## attack: the hostile-input suite against the operator binary, ATTACK_SECONDS per flood; peak RSS and p99
 attack:
 	ATTACK_SECONDS=$(ATTACK_SECONDS) $(GO) test -run '^(TestHostileInput|TestDiscoveryRefusesToStartWithoutToken)$$' -count=1 -v -timeout 30m ./test/reliability/
+	$(GO) test -run '^TestForgedHooksChangeNothing$$' -count=1 -v -timeout 10m ./server/
 
 LOAD_SECONDS ?= 60
 ## load: the discovery API under 64 crawlers for LOAD_SECONDS while probes flip and syncs arrive

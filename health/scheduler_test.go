@@ -303,7 +303,9 @@ func TestOnTransition(t *testing.T) {
 	target := newTLSTarget(t)
 	proxy := newStubProxy(t)
 	view := fleet.New(time.Now, 0)
-	view.Upsert(proxyAt(t, "ns/up", proxy.addr(), target.url(), 1, 1, 1, 1))
+	// A 5 s timeout: with 1 s, a first probe slowed past it on a busy machine (-race, load
+	// 20) published an Unhealthy before the Healthy this test waits for.
+	view.Upsert(proxyAt(t, "ns/up", proxy.addr(), target.url(), 5, 5, 1, 1))
 	var mu sync.Mutex
 	var seen []lifecycle.HealthState
 	s := startScheduler(t, view, NewHTTPProber(trusting(target)), nil, func(s *Scheduler) {
@@ -329,7 +331,7 @@ func TestOnTransition(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	// Probes keep running between the transitions (1 s interval); only the two flips count.
+	// Probes keep running between the transitions; only the two flips count.
 	if diff := cmp.Diff([]lifecycle.HealthState{lifecycle.HealthHealthy, lifecycle.HealthUnhealthy}, seen); diff != "" {
 		t.Errorf("transitions (-want +got):\n%s", diff)
 	}

@@ -28,7 +28,10 @@ const (
 // weigh is the value (1 good, 0 bad) and the weight of each outcome. Crawler reports weigh
 // more than probes: they are what the target thinks of the proxy, which is the point. A ban
 // weighs three successes: a proxy banned on five sites in a row is burnt whatever its probes
-// say, and one that half the sites ban ends up Poor.
+// say, and one that half the sites ban ends up Poor. A rate limit weighs a quarter of a
+// success (decision 0220): a 429 mostly says the crawler went faster than the target allows
+// one address, and the per-target cooldown already answers it; counted in full it demoted
+// the fastest proxies, which crawlers push hardest, below slow ones that never reach a limit.
 func (o Outcome) weigh() (value, weight float64) {
 	switch o {
 	case OutcomeProbeOK:
@@ -40,7 +43,7 @@ func (o Outcome) weigh() (value, weight float64) {
 	case OutcomeOK:
 		return 1, 1
 	case OutcomeRateLimited:
-		return 0, 1
+		return 0, 0.25
 	case OutcomeBanned:
 		return 0, 3
 	}
@@ -82,18 +85,35 @@ const (
 	hysteresis = 0.05
 )
 
+// The latency cap (decision 0220): while at least slowCapAt of a proxy's recent successful
+// probes (decayed like the score) were slow, its band is at most Fair; the cap lifts when the
+// share falls below slowReleaseAt. Crawlers' reports carry no latency, so without it a slow
+// proxy that targets accept would out-grade a fast one: the probe is the only measure of speed,
+// and success reports, which measure something else, must not outvote it.
+const (
+	slowCapAt     = 0.5
+	slowReleaseAt = 0.35
+)
+
 // score is one proxy's quality: the weighted mean of its outcomes, each decaying by half
-// every half-life, blended with a prior. It reads no clock: each outcome brings its time.
+// every half-life, blended with a prior, and the share of slow probes among its successful
+// ones, decayed alike. It reads no clock: each outcome brings its time.
 type score struct {
 	good, total float64
-	at          time.Time
-	band        v1.QualityBand
+	// fast and slow are the decayed weights of successful probes within and beyond SlowProbe.
+	fast, slow float64
+	at         time.Time
+	// raw is the band of the value alone (with its hysteresis); capped is the latency cap;
+	// band is what is published: raw, lowered to Fair while capped.
+	raw    v1.QualityBand
+	capped bool
+	band   v1.QualityBand
 }
 
 // newScore starts from a band recorded in status (so a restart does not regrade the fleet)
 // or from nothing.
 func newScore(recorded v1.QualityBand) *score {
-	s := &score{band: recorded}
+	s := &score{raw: recorded, band: recorded}
 	var v float64
 	switch recorded {
 	case v1.BandGood:
@@ -117,18 +137,43 @@ func (s *score) add(o Outcome, at time.Time, halfLife time.Duration, scale float
 		f := math.Exp2(-float64(at.Sub(s.at)) / float64(halfLife))
 		s.good *= f
 		s.total *= f
+		s.fast *= f
+		s.slow *= f
 	}
 	if at.After(s.at) {
 		s.at = at
 	}
 	s.good += value * weight
 	s.total += weight
-	b := bandOf(s.value(), s.band)
+	switch o {
+	case OutcomeProbeOK:
+		s.fast += weight
+	case OutcomeProbeSlow:
+		s.slow += weight
+	}
+	s.raw = bandOf(s.value(), s.raw)
+	if share := s.slowShare(); s.capped {
+		s.capped = share >= slowReleaseAt
+	} else {
+		s.capped = share >= slowCapAt
+	}
+	b := s.raw
+	if s.capped && b == v1.BandGood {
+		b = v1.BandFair
+	}
 	if b == s.band {
 		return false
 	}
 	s.band = b
 	return true
+}
+
+// slowShare is the decayed share of slow probes among successful ones (0 with none).
+func (s *score) slowShare() float64 {
+	if s.fast+s.slow <= 0 {
+		return 0
+	}
+	return s.slow / (s.fast + s.slow)
 }
 
 func (s *score) value() float64 {

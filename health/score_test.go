@@ -51,7 +51,26 @@ func TestScoreBandsUnderAScriptedHistory(t *testing.T) {
 		}},
 		{"rate limits alone need many to demote", "", []step{
 			{what: "probes", o: OutcomeProbeOK, n: 40, every: 30 * time.Second, want: v1.BandGood, moves: 1},
-			{what: "two rate limits", o: OutcomeRateLimited, n: 2, every: time.Second, want: v1.BandGood},
+			{what: "five rate limits", o: OutcomeRateLimited, n: 5, every: time.Second, want: v1.BandGood},
+			{what: "forty more", o: OutcomeRateLimited, n: 40, every: time.Second, want: v1.BandFair, moves: 1},
+		}},
+		// Decision 0220: a fast proxy crawled at its targets' pace earns a 429 per batch or so;
+		// that is the crawler's pace, not the proxy's quality.
+		{"a fast proxy crawled at its targets' pace stays Good", "", []step{
+			{what: "probes", o: OutcomeProbeOK, n: 4, every: 30 * time.Second, want: v1.BandGood, moves: 1},
+			{what: "ok, rate limited, ok, rate limited...", o: -2, n: 400, every: 2 * time.Second, want: v1.BandGood},
+		}},
+		// Decision 0220: reports carry no latency, so the probes' latency caps the band.
+		{"a slow proxy that targets accept is Fair, not Good, until its probes are fast", "", []step{
+			{what: "fast probes", o: OutcomeProbeOK, n: 10, every: 30 * time.Second, want: v1.BandGood, moves: 1},
+			{what: "slow probes", o: OutcomeProbeSlow, n: 20, every: 30 * time.Second, want: v1.BandFair, moves: 1},
+			{what: "slow probes among ok reports", o: -3, n: 400, every: 3 * time.Second, want: v1.BandFair},
+			{what: "fast probes", o: OutcomeProbeOK, n: 60, every: 30 * time.Second, want: v1.BandGood, moves: 1},
+		}},
+		{"one slow probe among fast ones does not cap a proxy", "", []step{
+			{what: "fast probes", o: OutcomeProbeOK, n: 20, every: 30 * time.Second, want: v1.BandGood, moves: 1},
+			{what: "one slow", o: OutcomeProbeSlow, n: 1, every: 30 * time.Second, want: v1.BandGood},
+			{what: "fast probes", o: OutcomeProbeOK, n: 20, every: 30 * time.Second, want: v1.BandGood},
 		}},
 		{"a band recorded in status holds after a restart", v1.BandFair, []step{
 			{what: "one probe", o: OutcomeProbeOK, n: 1, every: time.Second, want: v1.BandFair},
@@ -64,8 +83,16 @@ func TestScoreBandsUnderAScriptedHistory(t *testing.T) {
 				moves := 0
 				for i := range st.n {
 					o := st.o
-					if o < 0 { // alternate
+					switch o { // alternating histories
+					case -1:
 						o = []Outcome{OutcomeOK, OutcomeBanned}[i%2]
+					case -2:
+						o = []Outcome{OutcomeOK, OutcomeRateLimited}[i%2]
+					case -3: // a slow probe every 30 s, ok reports between
+						o = OutcomeOK
+						if i%10 == 0 {
+							o = OutcomeProbeSlow
+						}
 					}
 					at = at.Add(st.every)
 					if s.add(o, at, DefaultScoreHalfLife, probeScale(30*time.Second)) {

@@ -2,6 +2,7 @@ package driver_test
 
 import (
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -9,6 +10,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/health"
@@ -22,18 +26,45 @@ import (
 
 // jitterHealth is a steady prober on a busy machine: every proxy Healthy since start, its
 // latency a fresh draw between 4 and 40 ms on every read (10x), as loopback probes on a loaded
-// 2-core machine report them.
+// 2-core machine report them. Every proxy also has an exit checked, with its country and ASN,
+// and a quality band (issue 23): most Good and verified, every seventh Fair with an exit that
+// fails verification, every eleventh Poor.
 type jitterHealth struct {
 	mu    sync.Mutex
 	rng   *rand.Rand
 	reads int
 }
 
-func (j *jitterHealth) Health(string) lifecycle.Health {
+func (j *jitterHealth) Health(key string) lifecycle.Health {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.reads++
-	return lifecycle.Health{State: lifecycle.HealthHealthy, Since: start, LatencyMillis: 4 + j.rng.Int64N(37)}
+	return lifecycle.Health{State: lifecycle.HealthHealthy, Since: start, LatencyMillis: 4 + j.rng.Int64N(37),
+		Exit: steadyExit(key), Band: steadyBand(key)}
+}
+
+// steadyExit and steadyBand are a proxy's exit and band in the steady fleet: fixed per key.
+func steadyExit(key string) lifecycle.Exit {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(key))
+	n := h.Sum32()
+	e := lifecycle.Exit{IP: fmt.Sprintf("198.51.%d.%d", n>>8&0xff, n&0xff), Country: "DE", ASN: 64500 + n%7}
+	if n%7 == 0 {
+		e.Mismatch = "country=FR but exit " + e.IP + " is in DE"
+	}
+	return e
+}
+
+func steadyBand(key string) v1.QualityBand {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(key))
+	switch n := h.Sum32(); {
+	case n%11 == 0:
+		return v1.BandPoor
+	case n%7 == 0:
+		return v1.BandFair
+	}
+	return v1.BandGood
 }
 
 // handlerTransport serves the driver's hook calls in process: the same handler and bodies as
@@ -96,8 +127,21 @@ func TestSteadyFleetJitteringLatency(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, k := range keys {
-				if st, _ := d.Status(k); st.Phase != v1.PhaseReady {
+				st, _ := d.Status(k)
+				if st.Phase != v1.PhaseReady {
 					t.Fatalf("%s is %s after bring-up, want Ready", k, st.Phase)
+				}
+				// The zero below covers exit and band in status: each is recorded.
+				e := steadyExit(k)
+				if st.Exit == nil || st.Exit.IP != e.IP || st.Exit.Country != e.Country || st.Exit.ASN != int64(e.ASN) || st.QualityBand != steadyBand(k) {
+					t.Fatalf("%s after bring-up: exit %+v band %q, want exit %+v band %q", k, st.Exit, st.QualityBand, e, steadyBand(k))
+				}
+				wantVerified := metav1.ConditionTrue
+				if e.Mismatch != "" {
+					wantVerified = metav1.ConditionFalse
+				}
+				if c := meta.FindStatusCondition(st.Conditions, v1.ConditionExitVerified); c == nil || c.Status != wantVerified {
+					t.Fatalf("%s after bring-up: ExitVerified %+v, want %s", k, c, wantVerified)
 				}
 			}
 			if err := d.RunFor(time.Minute); err != nil {
@@ -108,7 +152,7 @@ func TestSteadyFleetJitteringLatency(t *testing.T) {
 				t.Fatal(err)
 			}
 			gotWrites, gotSyncs := d.Writes()-writes, d.Syncs()-syncs
-			t.Logf("%d proxies, latency 4-40 ms on every read: %d syncs and %d status writes in a simulated hour", n, gotSyncs, gotWrites)
+			t.Logf("%d proxies, latency 4-40 ms on every read, exit (country, ASN) and band in status: %d syncs and %d status writes in a simulated hour", n, gotSyncs, gotWrites)
 			if gotWrites != 0 {
 				t.Errorf("%d status writes in a steady hour, want 0", gotWrites)
 			}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/client"
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
 	"github.com/proxy-operator/proxy-operator/test/crawlfarm"
@@ -69,6 +70,18 @@ type Row struct {
 	Farm crawlfarm.Stats
 	// Unbanned is how many of the fleet's proxies were banned on no site at the end.
 	Unbanned, Proxies int
+	// Kinds is, on a degraded farm, what each kind of proxy (sound, datacenter, slow) was
+	// served and how long it spent in each quality band during the crawl.
+	Kinds []KindStats
+}
+
+// KindStats is one kind of proxy's share of a degraded run.
+type KindStats struct {
+	Kind    string // "sound", "datacenter" or "slow"
+	Proxies int
+	Counts  crawlfarm.Counts
+	// BandShare is the share of samples (every 500 ms, per proxy) in each band.
+	BandShare map[v1.QualityBand]float64
 }
 
 // Share429 and Share403 are the shares of answered requests that were 429 and 403.
@@ -159,7 +172,12 @@ func runOne(ctx context.Context, cfg Config, name string, progress func(string))
 		return Row{}, fmt.Errorf("crawl: unknown strategy %q", name)
 	}
 	progress(fmt.Sprintf("%s: crawling %d URLs over %d sites with %d workers (budget %s)", name, cfg.URLsPerSite*cfg.Sites, cfg.Sites, cfg.Workers, cfg.Budget))
+	sampleCtx, stopSampling := context.WithCancel(ctx)
+	samples := make(chan map[string]map[v1.QualityBand]int, 1)
+	go func() { samples <- sampleBands(sampleCtx, op) }()
 	res, err := run(ctx, Job{Sites: farm.Hosts(), URLsPerSite: cfg.URLsPerSite, Workers: cfg.Workers, Budget: cfg.Budget}, s)
+	stopSampling()
+	bands := <-samples
 	if err != nil {
 		return Row{}, err
 	}
@@ -174,7 +192,73 @@ func runOne(ctx context.Context, cfg Config, name string, progress func(string))
 			banned++
 		}
 	}
-	return Row{Result: res, Farm: st, Unbanned: len(proxyIPs) - banned, Proxies: len(proxyIPs)}, nil
+	row := Row{Result: res, Farm: st, Unbanned: len(proxyIPs) - banned, Proxies: len(proxyIPs)}
+	if cfg.Datacenter > 0 || cfg.Slow > 0 {
+		row.Kinds = kinds(op, farm, st, bands)
+	}
+	return row, nil
+}
+
+// sampleBands counts, every 500 ms until ctx ends, each proxy's quality band (by IP).
+func sampleBands(ctx context.Context, op *Operator) map[string]map[v1.QualityBand]int {
+	out := map[string]map[v1.QualityBand]int{}
+	t := time.NewTicker(500 * time.Millisecond)
+	defer t.Stop()
+	for {
+		for _, p := range op.View.List() {
+			if out[p.IP] == nil {
+				out[p.IP] = map[v1.QualityBand]int{}
+			}
+			out[p.IP][op.health.Health(p.Key).Band]++
+		}
+		select {
+		case <-ctx.Done():
+			return out
+		case <-t.C:
+		}
+	}
+}
+
+// kinds sums the farm's counters and the band samples per kind of proxy.
+func kinds(op *Operator, farm *crawlfarm.Farm, st crawlfarm.Stats, bands map[string]map[v1.QualityBand]int) []KindStats {
+	order := []string{"sound", "datacenter", "slow"}
+	by := map[string]*KindStats{}
+	samples := map[string]int{}
+	for _, k := range order {
+		by[k] = &KindStats{Kind: k, BandShare: map[v1.QualityBand]float64{}}
+	}
+	for _, p := range op.View.List() {
+		k := "sound"
+		if dc, d := farm.Treated(p.IP); dc {
+			k = "datacenter"
+		} else if d > 0 {
+			k = "slow"
+		}
+		ks := by[k]
+		ks.Proxies++
+		c := st.ByIP[p.IP]
+		ks.Counts.Served += c.Served
+		ks.Counts.Limited += c.Limited
+		ks.Counts.Refused += c.Refused
+		ks.Counts.Bans += c.Bans
+		ks.Counts.DCRefused += c.DCRefused
+		for b, n := range bands[p.IP] {
+			ks.BandShare[b] += float64(n)
+			samples[k] += n
+		}
+	}
+	var out []KindStats
+	for _, k := range order {
+		ks := by[k]
+		if ks.Proxies == 0 {
+			continue
+		}
+		for b := range ks.BandShare {
+			ks.BandShare[b] /= float64(max(samples[k], 1))
+		}
+		out = append(out, *ks)
+	}
+	return out
 }
 
 // degrade picks the proxies the farm mistreats: every other one in key order, alternately

@@ -395,7 +395,15 @@ func (c *child) hookPost(path string, body []byte) (int, []byte, error) {
 	return postVia(c.hookClient, c.hookURL+path, c.hookToken, body)
 }
 
-func get(url, token string) (int, []byte, error) {
+func get(url, token string) (int, []byte, error) { return getVia(client, url, token) }
+
+// legitDisc is the legitimate crawler's client. Like legitClient it opens a connection per
+// call: each listener's connection limit closes idle keep-alives to make room for new
+// connections, and a POST sent on one at that instant reads EOF and is not retried by
+// net/http (a real crawler retries it; the suite counts every failed call).
+var legitDisc = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+
+func getVia(cl *http.Client, url, token string) (int, []byte, error) {
 	req, err := http.NewRequest(http.MethodGet, url, nil)
 	if err != nil {
 		return 0, nil, err
@@ -403,7 +411,7 @@ func get(url, token string) (int, []byte, error) {
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	res, err := client.Do(req)
+	res, err := cl.Do(req)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -494,9 +502,9 @@ func (c *child) startLegit(p proxyDesc) *legit {
 			}
 			l.mu.Unlock()
 			start = time.Now()
-			code, b, err = get(c.discURL+"/v1/proxies?attr.geo=legit", adminToken)
+			code, b, err = getVia(legitDisc, c.discURL+"/v1/proxies?attr.geo=legit", adminToken)
 			if err == nil && code == http.StatusOK {
-				code, b, err = post(c.discURL+"/v1/leases", adminToken, []byte(`{"selector":{"geo":"legit"},"ttlSeconds":60}`))
+				code, b, err = postVia(legitDisc, c.discURL+"/v1/leases", adminToken, []byte(`{"selector":{"geo":"legit"},"ttlSeconds":60}`))
 				if err == nil && code == http.StatusOK {
 					var lj struct {
 						LeaseID string `json:"leaseID"`
@@ -504,7 +512,7 @@ func (c *child) startLegit(p proxyDesc) *legit {
 					_ = json.Unmarshal(b, &lj)
 					req, _ := http.NewRequest(http.MethodDelete, c.discURL+"/v1/leases/"+lj.LeaseID, nil)
 					req.Header.Set("Authorization", "Bearer "+adminToken)
-					if res, derr := client.Do(req); derr == nil {
+					if res, derr := legitDisc.Do(req); derr == nil {
 						res.Body.Close()
 					}
 				} else if code == http.StatusConflict {

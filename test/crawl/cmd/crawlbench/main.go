@@ -13,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 
+	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/test/crawl"
 	"github.com/proxy-operator/proxy-operator/test/crawlfarm"
 )
@@ -74,6 +75,11 @@ func main() {
 	for _, r := range rows {
 		fmt.Printf("\n%s: crawler saw %d pages, %d 429, %d 403 (%d of them to datacenter addresses), %d failed; %d leases, %d no-match\n",
 			r.Strategy, r.Pages, r.Limited, r.Banned, r.Farm.Total.DCRefused, r.Failed, r.Leases, r.NoMatch)
+		for _, k := range r.Kinds {
+			fmt.Printf("  %s proxies (%d): served %d, 429 %d, 403 %d; time in band: Good %.0f %%, Fair %.0f %%, Poor %.0f %%\n",
+				k.Kind, k.Proxies, k.Counts.Served, k.Counts.Limited, k.Counts.Refused,
+				100*k.BandShare[v1.BandGood], 100*k.BandShare[v1.BandFair], 100*k.BandShare[v1.BandPoor])
+		}
 		if *verbose {
 			for _, st := range r.Farm.Sites {
 				fmt.Printf("  %s %s: served %d, 429 %d, 403 %d, bans %d, banned now %d\n", st.Name, st.Host, st.Served, st.Limited, st.Refused, st.Bans, len(st.BannedNow))
