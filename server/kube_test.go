@@ -30,7 +30,8 @@ import (
 // kube-apiserver and plays Metacontroller by hand (read the Proxy, POST /sync, write the
 // answered status): the sync records events on the Proxy, and a health transition found by
 // the real prober (through a real mock forward proxy) is patched onto the Proxy as the
-// health annotation, which is what makes Metacontroller sync it at once.
+// health annotation, which is what makes Metacontroller sync it at once: Healthy -> Unhealthy -> Healthy,
+// each patched while nothing syncs.
 func TestOperatorWithAPIServer(t *testing.T) {
 	rc := kubetest.Start(t)
 	kubetest.Namespace(t, rc, "crawl")
@@ -158,13 +159,34 @@ func TestOperatorWithAPIServer(t *testing.T) {
 		}
 	}
 
-	until("Ready", func(o *unstructured.Unstructured) bool { return phase(o) == string(v1.PhaseReady) })
-	// The first verdict (Unknown -> Healthy) was patched on by the operator itself.
-	until("annotation Healthy", annotated("Healthy@"))
+	// marked waits, without syncing, until the operator itself has patched the annotation: a
+	// verdict the status does not show yet. (The first verdict is not one: a Proxy awaiting
+	// its first verdict is answered with a short resync instead, and the syncs above record it.)
+	marked := func(what string, cond func(*unstructured.Unstructured) bool) {
+		t.Helper()
+		deadline := time.Now().Add(90 * time.Second)
+		for {
+			obj, err := px.Get(context.Background(), "edge", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cond(obj) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not patched; status %v, annotations %v", what, obj.Object["status"], obj.GetAnnotations())
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
 
+	until("Ready", func(o *unstructured.Unstructured) bool { return phase(o) == string(v1.PhaseReady) })
 	up.Store(false)
-	until("annotation Unhealthy", annotated("Unhealthy@"))
+	marked("annotation Unhealthy", annotated("Unhealthy@"))
 	obj := until("Unhealthy", func(o *unstructured.Unstructured) bool { return phase(o) == string(v1.PhaseUnhealthy) })
+	up.Store(true)
+	marked("annotation Healthy", annotated("Healthy@"))
+	until("Ready again", func(o *unstructured.Unstructured) bool { return phase(o) == string(v1.PhaseReady) })
 
 	want := []string{events.ReasonCreating, events.ReasonHealthLost}
 	deadline := time.Now().Add(time.Minute)
