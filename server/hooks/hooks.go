@@ -20,6 +20,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sync/semaphore"
 	"k8s.io/apimachinery/pkg/types"
 
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
@@ -87,6 +88,13 @@ type Hooks struct {
 	MaxConns int
 	// BodyReadTimeout bounds reading a body (0: DefaultBodyReadTimeout); 408 beyond it.
 	BodyReadTimeout time.Duration
+	// BigBodyBytes (0: DefaultBigBodyBytes): a body declared longer, or without a
+	// Content-Length, waits for one of BigBodyLanes slots (0: DefaultBigBodyLanes) before it
+	// is read, at most BigBodyWait (0: DefaultBigBodyWait); 429 with Retry-After beyond it
+	// (lane.go, decision 0240).
+	BigBodyBytes int64
+	BigBodyLanes int
+	BigBodyWait  time.Duration
 	// Egress, when set, refuses External endpoints the egress policy denies (the Proxy fails
 	// with a condition saying why and is never probed or leased).
 	Egress *netpolicy.Policy
@@ -105,6 +113,7 @@ type Hooks struct {
 	once     sync.Once
 	handler  http.Handler
 	inflight chan struct{}
+	lane     *semaphore.Weighted
 	duration *prometheus.HistogramVec
 	shed     *prometheus.CounterVec
 	unauth   *prometheus.CounterVec
@@ -157,11 +166,21 @@ func (h *Hooks) init() {
 		h.Budget = membudget.ForLimit(limit, 0, 0, h.MaxBodyBytes)
 	}
 	h.inflight = make(chan struct{}, h.MaxInFlight)
+	if h.BigBodyBytes <= 0 {
+		h.BigBodyBytes = DefaultBigBodyBytes
+	}
+	if h.BigBodyLanes <= 0 {
+		h.BigBodyLanes = DefaultBigBodyLanes()
+	}
+	if h.BigBodyWait <= 0 {
+		h.BigBodyWait = DefaultBigBodyWait
+	}
+	h.lane = newLane(h.BigBodyLanes)
 	h.shed = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "proxy_operator_hook_shed_total",
-		Help: "Hook calls refused before they were handled, by reason (memory, inflight, slow_body).",
+		Help: "Hook calls refused before they were handled, by reason (memory, inflight, slow_body, big_body).",
 	}, []string{"reason"})
-	for _, r := range []string{"memory", "inflight", "slow_body"} {
+	for _, r := range []string{"memory", "inflight", "slow_body", "big_body"} {
 		h.shed.WithLabelValues(r)
 	}
 	h.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -250,13 +269,19 @@ func (h *Hooks) Server() *http.Server {
 // hookFunc handles one decoded hook call and returns the response body.
 type hookFunc func(ctx context.Context, hook string, body []byte, ex *Exchange) (any, error)
 
-// hook wraps a hookFunc with the body's memory budget and read deadline, load shedding,
-// timing and capture. The body is read first, under its own short deadline and within the
-// memory budget, and only then is a call slot taken: a client trickling a body holds no slot
-// and only the bytes it sent.
+// hook wraps a hookFunc with the big-body lane, the body's memory budget and read deadline,
+// load shedding, timing and capture. A big body first waits for a lane slot (enterLane), held
+// until its answer is encoded (not while it is written to a slow reader). The body is read
+// next, under its own short deadline and within the memory budget, and only then is a call
+// slot taken: a client trickling a small body holds no slot and only the bytes it sent.
 func (h *Hooks) hook(name string, fn hookFunc) http.HandlerFunc {
 	return httpx.Serve(h.Log, func(w http.ResponseWriter, r *http.Request) error {
 		start := time.Now()
+		leave, err := h.enterLane(r)
+		if err != nil {
+			return err
+		}
+		defer leave()
 		body, res, err := h.readBody(w, r)
 		if err != nil {
 			return err
@@ -283,6 +308,7 @@ func (h *Hooks) hook(name string, fn hookFunc) http.HandlerFunc {
 			return err
 		}
 		out, err := json.Marshal(resp)
+		leave()
 		if err != nil {
 			return err
 		}
