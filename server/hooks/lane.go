@@ -29,10 +29,11 @@ func DefaultBigBodyLanes() int { return max(1, runtime.GOMAXPROCS(0)-1) }
 // while it is read, scanned, decoded, handled and its answer encoded: the CPU that TLS and big
 // bodies cost is bounded to the lanes, and small calls never wait for them. It returns the
 // release (idempotent), or a 429 with Retry-After when no slot came in time. A body declared
-// longer than MaxBodyBytes takes no slot: readBody refuses it at once.
+// longer than MaxBodyBytes takes a slot too: readBody refuses it at once, but its connection
+// (a TLS handshake, the bytes net/http discards) would otherwise be free to loop as fast as
+// the caller can send.
 func (h *Hooks) enterLane(r *http.Request) (func(), error) {
-	n := r.ContentLength
-	if (n >= 0 && n <= h.BigBodyBytes) || n > h.MaxBodyBytes {
+	if n := r.ContentLength; n >= 0 && n <= h.BigBodyBytes {
 		return func() {}, nil
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.BigBodyWait)

@@ -17,7 +17,7 @@ import (
 
 // TestBigBodyLane is decision 0240: with the one lane held by a big body still arriving, a
 // second big body (declared, or without a Content-Length) gets 429 with Retry-After after
-// BigBodyWait and is counted, while a small sync is answered at once; the first body, once
+// BigBodyWait and is counted (so does one declared over the limit), while a small sync is answered at once; the first body, once
 // complete, is answered, and the lane is free again afterwards. Without the lane the second
 // big body would be read and answered 200.
 func TestBigBodyLane(t *testing.T) {
@@ -76,8 +76,20 @@ func TestBigBodyLane(t *testing.T) {
 			t.Fatalf("%s body while the lane is held: %d Retry-After %q, want 429 with Retry-After", tc.name, res.StatusCode, res.Header.Get("Retry-After"))
 		}
 	}
-	if got := gather(t, reg, "proxy_operator_hook_shed_total", "big_body"); got != 2 {
-		t.Errorf("shed big_body = %v, want 2", got)
+	// Declared over the 4 MiB limit: 413 at once once it has a slot, but it waits for one too.
+	over, err := net.Dial("tcp", strings.TrimPrefix(srv.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer over.Close()
+	if _, err := io.WriteString(over, "POST /sync HTTP/1.1\r\nHost: x\r\nContent-Length: "+itoa(hooks.DefaultMaxBodyBytes+1)+"\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := http.ReadResponse(bufioReader(over), nil); err != nil || r.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("body declared over the limit while the lane is held: %v %v, want 429", r, err)
+	}
+	if got := gather(t, reg, "proxy_operator_hook_shed_total", "big_body"); got != 3 {
+		t.Errorf("shed big_body = %v, want 3", got)
 	}
 
 	if _, err := c.Write(big[half:]); err != nil {
