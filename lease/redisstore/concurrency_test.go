@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/proxy-operator/proxy-operator/internal/clocktest"
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
 	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
 	"github.com/proxy-operator/proxy-operator/internal/redistest"
@@ -18,6 +19,30 @@ import (
 )
 
 // staticHealth is every proxy healthy at a latency of its own.
+// publish puts proxies into a fleet view and publishes it to s, as the operator does.
+func publish(t *testing.T, s *Store, proxies ...fleet.Proxy) {
+	t.Helper()
+	view := fleet.New(time.Now, 0)
+	for _, p := range proxies {
+		view.Upsert(p)
+	}
+	if err := NewPublisher(PublisherConfig{Store: s, Fleet: view, Health: staticHealth{}}).Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// boundedStore is a store on a fresh redis-server that remembers at most 2 cooldowns per proxy
+// and 3 in all, on the test clock it returns.
+func boundedStore(t *testing.T) (*Store, *clocktest.Clock) {
+	t.Helper()
+	clock := clocktest.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	s, err := New(Config{Client: newClient(t, redistest.Start(t)), Prefix: freshPrefix(), Now: clock.Now, MaxCooldownsPerProxy: 2, MaxCooldowns: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, clock
+}
+
 type staticHealth struct{}
 
 func (staticHealth) Health(key string) lifecycle.Health {
