@@ -65,7 +65,11 @@ func sharedFleet(t *testing.T, srv *redistest.Server, proxies, maxLeases, replic
 	}
 	var stores []*Store
 	for range replicas {
-		s, err := New(Config{Client: newClient(t, srv), Prefix: prefix})
+		// A long call timeout: this test is about consistency, and on a busy 2-core machine
+		// (-race, other packages in parallel) one of 64 goroutines' calls waited past the
+		// default 2 s; a call that times out after its script ran would leave a lease the
+		// model does not know.
+		s, err := New(Config{Client: newClient(t, srv), Prefix: prefix, Timeout: 30 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
