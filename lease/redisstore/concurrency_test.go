@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/proxy-operator/proxy-operator/internal/clocktest"
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
@@ -65,11 +66,13 @@ func sharedFleet(t *testing.T, srv *redistest.Server, proxies, maxLeases, replic
 	}
 	var stores []*Store
 	for range replicas {
-		// A long call timeout: this test is about consistency, and on a busy 2-core machine
+		// Long timeouts (the store's call, the client's reads): these tests are about consistency, and on a busy 2-core machine
 		// (-race, other packages in parallel) one of 64 goroutines' calls waited past the
 		// default 2 s; a call that times out after its script ran would leave a lease the
 		// model does not know.
-		s, err := New(Config{Client: newClient(t, srv), Prefix: prefix, Timeout: 30 * time.Second})
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second})
+		t.Cleanup(func() { c.Close() })
+		s, err := New(Config{Client: c, Prefix: prefix, Timeout: 30 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
