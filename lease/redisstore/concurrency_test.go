@@ -66,10 +66,10 @@ func sharedFleet(t *testing.T, srv *redistest.Server, proxies, maxLeases, replic
 	}
 	var stores []*Store
 	for range replicas {
-		// Long timeouts (the store's call, the client's reads): these tests are about consistency, and on a busy 2-core machine
-		// (-race, other packages in parallel) one of 64 goroutines' calls waited past the
-		// default 2 s; a call that times out after its script ran would leave a lease the
-		// model does not know.
+		// Long timeouts (the store's call, the client's reads): these tests are about
+		// consistency, and on a busy 2-core machine (-race, other packages in parallel) one
+		// of 64 goroutines' calls waited past the default 2 s; a call that times out after
+		// its script ran would leave a lease the model does not know.
 		c := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second})
 		t.Cleanup(func() { c.Close() })
 		s, err := New(Config{Client: c, Prefix: prefix, Timeout: 30 * time.Second})
