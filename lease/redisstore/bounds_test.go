@@ -7,9 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proxy-operator/proxy-operator/internal/clocktest"
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
-	"github.com/proxy-operator/proxy-operator/internal/redistest"
 	"github.com/proxy-operator/proxy-operator/lease"
 )
 
@@ -17,20 +15,9 @@ import (
 // per-proxy or the total bound is refused and changes nothing; a pair already remembered is
 // never refused; forgotten pairs stop counting.
 func TestCooldownBounds(t *testing.T) {
-	srv := redistest.Start(t)
-	clock := clocktest.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	s, err := New(Config{Client: newClient(t, srv), Prefix: freshPrefix(), Now: clock.Now, MaxCooldownsPerProxy: 2, MaxCooldowns: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	view := fleet.New(time.Now, 0)
-	for _, k := range []string{"ns/a", "ns/b"} {
-		view.Upsert(fleet.Proxy{Key: k, IP: "10.0.0.1", Port: 3128, MaxLeases: 5})
-	}
+	s, clock := boundedStore(t)
+	publish(t, s, fleet.Proxy{Key: "ns/a", IP: "10.0.0.1", Port: 3128, MaxLeases: 5}, fleet.Proxy{Key: "ns/b", IP: "10.0.0.1", Port: 3128, MaxLeases: 5})
 	ctx := context.Background()
-	if err := NewPublisher(PublisherConfig{Store: s, Fleet: view, Health: staticHealth{}}).Sync(ctx); err != nil {
-		t.Fatal(err)
-	}
 	onProxy := map[string]string{}
 	for len(onProxy) < 2 {
 		l, err := s.Acquire(ctx, lease.Request{TTL: 24 * time.Hour})

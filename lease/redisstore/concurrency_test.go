@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/redis/go-redis/v9"
 
+	"github.com/proxy-operator/proxy-operator/internal/clocktest"
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
 	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
 	"github.com/proxy-operator/proxy-operator/internal/redistest"
@@ -18,6 +20,30 @@ import (
 )
 
 // staticHealth is every proxy healthy at a latency of its own.
+// publish puts proxies into a fleet view and publishes it to s, as the operator does.
+func publish(t *testing.T, s *Store, proxies ...fleet.Proxy) {
+	t.Helper()
+	view := fleet.New(time.Now, 0)
+	for _, p := range proxies {
+		view.Upsert(p)
+	}
+	if err := NewPublisher(PublisherConfig{Store: s, Fleet: view, Health: staticHealth{}}).Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// boundedStore is a store on a fresh redis-server that remembers at most 2 cooldowns per proxy
+// and 3 in all, on the test clock it returns.
+func boundedStore(t *testing.T) (*Store, *clocktest.Clock) {
+	t.Helper()
+	clock := clocktest.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	s, err := New(Config{Client: newClient(t, redistest.Start(t)), Prefix: freshPrefix(), Now: clock.Now, MaxCooldownsPerProxy: 2, MaxCooldowns: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, clock
+}
+
 type staticHealth struct{}
 
 func (staticHealth) Health(key string) lifecycle.Health {
@@ -40,7 +66,13 @@ func sharedFleet(t *testing.T, srv *redistest.Server, proxies, maxLeases, replic
 	}
 	var stores []*Store
 	for range replicas {
-		s, err := New(Config{Client: newClient(t, srv), Prefix: prefix})
+		// Long timeouts (the store's call, the client's reads): these tests are about
+		// consistency, and on a busy 2-core machine (-race, other packages in parallel) one
+		// of 64 goroutines' calls waited past the default 2 s; a call that times out after
+		// its script ran would leave a lease the model does not know.
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second})
+		t.Cleanup(func() { c.Close() })
+		s, err := New(Config{Client: c, Prefix: prefix, Timeout: 30 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}

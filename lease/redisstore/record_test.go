@@ -22,12 +22,8 @@ func TestCredentialsSurviveRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	view := fleet.New(time.Now, 0)
 	cred := &fleet.Credentials{Username: "proxy-user", Password: "s3cret-pass"}
-	view.Upsert(fleet.Proxy{Key: "ns/a", IP: "10.0.0.1", Port: 3128, MaxLeases: 2, Credentials: cred})
-	if err := NewPublisher(PublisherConfig{Store: s, Fleet: view, Health: staticHealth{}}).Sync(ctx); err != nil {
-		t.Fatal(err)
-	}
+	publish(t, s, fleet.Proxy{Key: "ns/a", IP: "10.0.0.1", Port: 3128, MaxLeases: 2, Credentials: cred})
 
 	reader := NewReader(ReaderConfig{Store: s})
 	if err := reader.Refresh(ctx); err != nil {

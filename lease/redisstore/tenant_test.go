@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proxy-operator/proxy-operator/internal/clocktest"
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
 	"github.com/proxy-operator/proxy-operator/internal/netpolicy"
 	"github.com/proxy-operator/proxy-operator/internal/redistest"
@@ -20,20 +19,9 @@ import (
 // in place of the proxy's first-ending cooldown or (a namespace with none) the store's next
 // to be forgotten; a rate_limited one there is still refused.
 func TestBannedNeverRefused(t *testing.T) {
-	srv := redistest.Start(t)
-	clock := clocktest.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	s, err := New(Config{Client: newClient(t, srv), Prefix: freshPrefix(), Now: clock.Now, MaxCooldownsPerProxy: 2, MaxCooldowns: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	view := fleet.New(time.Now, 0)
-	for _, k := range []string{"a/p", "b/p"} {
-		view.Upsert(fleet.Proxy{Key: k, IP: "10.0.0.1", Port: 3128, MaxLeases: 50})
-	}
+	s, clock := boundedStore(t)
+	publish(t, s, fleet.Proxy{Key: "a/p", IP: "10.0.0.1", Port: 3128, MaxLeases: 50}, fleet.Proxy{Key: "b/p", IP: "10.0.0.1", Port: 3128, MaxLeases: 50})
 	ctx := context.Background()
-	if err := NewPublisher(PublisherConfig{Store: s, Fleet: view, Health: staticHealth{}}).Sync(ctx); err != nil {
-		t.Fatal(err)
-	}
 	lease1 := func(ns string, target string) (lease.Lease, error) {
 		return s.Acquire(ctx, lease.Request{TTL: 24 * time.Hour, Namespaces: []string{ns}, Target: target})
 	}
@@ -95,13 +83,8 @@ func TestForeignRecordDenied(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	view := fleet.New(time.Now, 0)
-	view.Upsert(fleet.Proxy{Key: "ns/good", IP: "10.0.0.1", Port: 3128, MaxLeases: 5})
-	view.Upsert(fleet.Proxy{Key: "ns/taken", IP: "10.0.0.2", Port: 3128, MaxLeases: 5})
+	publish(t, s, fleet.Proxy{Key: "ns/good", IP: "10.0.0.1", Port: 3128, MaxLeases: 5}, fleet.Proxy{Key: "ns/taken", IP: "10.0.0.2", Port: 3128, MaxLeases: 5})
 	ctx := context.Background()
-	if err := NewPublisher(PublisherConfig{Store: s, Fleet: view, Health: staticHealth{}}).Sync(ctx); err != nil {
-		t.Fatal(err)
-	}
 	// The attacker rewrites ns/taken's record; it stays in the index, leasable.
 	forged, _ := encodeProxy(fleet.Proxy{Key: "ns/taken", IP: "169.254.169.254", Port: 80, MaxLeases: 5,
 		Credentials: &fleet.Credentials{Username: "evil", Password: "evilpass"}})
