@@ -67,6 +67,19 @@ func (l *ConnLimit) Open() int {
 	return len(l.conns)
 }
 
+// Idle is the number of counted connections idle between requests now.
+func (l *ConnLimit) Idle() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, st := range l.conns {
+		if st == http.StateIdle {
+			n++
+		}
+	}
+	return n
+}
+
 // Evicted counts idle connections closed to make room; Refused counts new connections closed
 // because every counted one was busy.
 func (l *ConnLimit) Evicted() int64 { return l.evicted.Load() }

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
@@ -26,6 +27,10 @@ func TestConnLimit(t *testing.T) {
 	srv.Config.ConnState = limit.ConnState
 	srv.Start()
 	defer srv.Close()
+	// Unblock the handlers before Close waits for them, also when the test fails midway.
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	defer unblock()
 	addr := srv.Listener.Addr().String()
 
 	// request sends one keep-alive GET on c and reads its answer; c stays open.
@@ -54,7 +59,9 @@ func TestConnLimit(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, func() bool { return limit.Open() == 4 })
+	// The client reads an answer before the server marks its connection idle: wait for that,
+	// or a new caller can meet four connections still active.
+	waitFor(t, func() bool { return limit.Open() == 4 && limit.Idle() == 4 })
 	// A fifth caller gets in: an idle connection makes room.
 	if res, err := request(dial(), "/"); err != nil || res.StatusCode != http.StatusOK {
 		t.Fatalf("a new caller beside 4 idle connections: %v %v", res, err)
@@ -63,6 +70,7 @@ func TestConnLimit(t *testing.T) {
 		t.Errorf("evicted %d idle connections, want 1", limit.Evicted())
 	}
 
+	waitFor(t, func() bool { return limit.Idle() == 4 })
 	// Four busy connections: the next one is closed.
 	busy := make([]net.Conn, 4)
 	for i := range busy {
@@ -80,7 +88,7 @@ func TestConnLimit(t *testing.T) {
 	if limit.Refused() != 1 {
 		t.Errorf("refused %d, want 1", limit.Refused())
 	}
-	close(release)
+	unblock()
 	for _, c := range busy {
 		if _, err := http.ReadResponse(bufio.NewReader(c), nil); err != nil {
 			t.Errorf("a busy call was cut: %v", err)
