@@ -1,7 +1,6 @@
 package server_test
 
 import (
-	"context"
 	"errors"
 	"net"
 	"testing"
@@ -40,15 +39,7 @@ func TestExternalOutsideExpectedExitIsNotLeased(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- op.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	ctx := runOperator(t, op)
 	echo := "http://" + op.EchoAddr() + "/ip"
 	d := &driver.Driver{URL: "http://" + op.HookAddr(), Clock: driver.NewClock(time.Now()), ResyncPeriod: time.Minute}
 	n, _ := net.LookupPort("tcp", port)

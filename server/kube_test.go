@@ -62,15 +62,7 @@ func TestOperatorWithAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- op.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	runOperator(t, op)
 
 	dyn, core := kubetest.Dynamic(t, rc), kubetest.Core(t, rc)
 	px := dyn.Resource(kube.ProxyResource).Namespace("crawl")

@@ -114,3 +114,19 @@ func TestKubeconfigBroken(t *testing.T) {
 		t.Errorf("New with a missing kubeconfig: %v, want an error naming it", err)
 	}
 }
+
+// runOperator runs op until the test ends, then stops it and checks that Run returned cleanly;
+// the context it returns ends with the run.
+func runOperator(t *testing.T, op *server.Operator) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- op.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return ctx
+}

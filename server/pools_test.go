@@ -2,7 +2,6 @@ package server_test
 
 import (
 	"bytes"
-	"context"
 	"io"
 	"net/http"
 	"os"
@@ -22,15 +21,7 @@ func TestPoolHooksServed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- op.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	runOperator(t, op)
 	body, err := os.ReadFile(filepath.Join("..", "testdata", "pools-sync", "steady", "request.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -70,15 +61,7 @@ func TestPoolHooksReadRedis(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- op.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	runOperator(t, op)
 	body, err := os.ReadFile(filepath.Join("..", "testdata", "pools-sync", "steady", "request.json"))
 	if err != nil {
 		t.Fatal(err)
