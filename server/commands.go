@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"slices"
 	"strings"
@@ -22,40 +23,47 @@ const (
 
 // DiscoveryCommand is the discovery subcommand: the discovery API alone, served from Redis.
 func DiscoveryCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("proxy-operator discovery", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: %s\n\t%s\n\nFlags:\n", DiscoveryUsage, DiscoverySummary)
-		fs.PrintDefaults()
-	}
-	c, logc := DiscoveryDefaults(), LogConfig{}
-	c.BindFlags(fs)
-	logc.BindFlags(fs)
-	if err := ParseFlags(fs, args, stdout, stderr); err != nil {
-		return err
-	} else if err := c.Validate(); err != nil {
+	c := DiscoveryDefaults()
+	log, err := parseCommand("proxy-operator discovery", DiscoveryUsage, DiscoverySummary, args, stdout, stderr,
+		c.BindFlags, func() error { return c.Validate() })
+	if err != nil {
 		return err
 	}
-	c.Discovery.Token, c.Log = os.Getenv("DISCOVERY_TOKEN"), logc.Logger(stderr)
+	c.Discovery.Token, c.Log = os.Getenv("DISCOVERY_TOKEN"), log
 	return RunDiscovery(ctx, c)
 }
 
 // GatewayCommand is the gateway subcommand: the proxy gateway alone, leasing from Redis.
 func GatewayCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("proxy-operator gateway", flag.ContinueOnError)
+	c := GatewayDefaults()
+	log, err := parseCommand("proxy-operator gateway", GatewayUsage, GatewaySummary, args, stdout, stderr,
+		c.BindFlags, func() error { return c.Validate() })
+	if err != nil {
+		return err
+	}
+	c.Token, c.Log = os.Getenv("DISCOVERY_TOKEN"), log
+	return RunGateway(ctx, c)
+}
+
+// parseCommand parses a subcommand's args into the flags bind sets and the log flags, checks
+// them with validate, and returns the logger they ask for.
+func parseCommand(name, usage, summary string, args []string, stdout, stderr io.Writer,
+	bind func(*flag.FlagSet), validate func() error) (*slog.Logger, error) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: %s\n\t%s\n\nFlags:\n", GatewayUsage, GatewaySummary)
+		fmt.Fprintf(fs.Output(), "Usage: %s\n\t%s\n\nFlags:\n", usage, summary)
 		fs.PrintDefaults()
 	}
-	c, logc := GatewayDefaults(), LogConfig{}
-	c.BindFlags(fs)
+	logc := LogConfig{}
+	bind(fs)
 	logc.BindFlags(fs)
 	if err := ParseFlags(fs, args, stdout, stderr); err != nil {
-		return err
-	} else if err := c.Validate(); err != nil {
-		return err
+		return nil, err
 	}
-	c.Token, c.Log = os.Getenv("DISCOVERY_TOKEN"), logc.Logger(stderr)
-	return RunGateway(ctx, c)
+	if err := validate(); err != nil {
+		return nil, err
+	}
+	return logc.Logger(stderr), nil
 }
 
 // ParseFlags parses args into the flags bound to fs and checks that nothing follows them. Asked
