@@ -288,6 +288,7 @@ func Defaults() Config {
 		Gateway:   gateway.DefaultConfig(),
 		Quality: QualityConfig{ExitInterval: health.DefaultExitInterval, ScoreHalfLife: health.DefaultScoreHalfLife,
 			SlowProbe: health.DefaultSlowProbe},
+		Demo:          DemoConfig{SiteAddr: DefaultDemoSiteAddr},
 		FleetWarmup:   3 * time.Minute,
 		ShutdownGrace: 20 * time.Second,
 	}
@@ -385,4 +386,6 @@ func (l LeaseConfig) Validate() error {
 type DemoConfig struct {
 	// Proxies is the fleet's size (0: no demo fleet). Only without a Kubernetes client.
 	Proxies int
+	// SiteAddr serves the demo site (demosite.go) beside a demo fleet; empty: none.
+	SiteAddr string
 }

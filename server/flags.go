@@ -151,6 +151,7 @@ func (k *KubeConfig) bindFlags(fs *flag.FlagSet) {
 
 func (d *DemoConfig) bindFlags(fs *flag.FlagSet) {
 	fs.IntVar(&d.Proxies, "demo-proxies", d.Proxies, "define this many mock Proxies in process (namespace demo, attributes demo=true,geo=local) and sync them through the own hooks, playing Metacontroller, so the discovery API has leasable proxies without a cluster (make run: 3; needs no Kubernetes client)")
+	fs.StringVar(&d.SiteAddr, "demo-site-addr", d.SiteAddr, "with -demo-proxies: serve the demo site here, a crawl target on loopback that answers 429 beyond 2 requests/s per source address (pages /page/1 to /page/50, its own count per source at /stats); empty: none")
 }
 
 // LogConfig is how the process logs: -log-level and -log-format.

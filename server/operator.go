@@ -68,6 +68,8 @@ type Operator struct {
 	geo              *geoip.Resolver
 	gwSrv            *http.Server // nil without -gateway-addr
 	gwLn             net.Listener
+	demoSrv          *http.Server // the demo site; nil without -demo-proxies and -demo-site-addr
+	demoLn           net.Listener
 	// hookCreds are the hook listener's TLS certificate and token (nil: plain HTTP, no token).
 	hookCreds *hookauth.Credentials
 }
@@ -226,6 +228,13 @@ func (o *Operator) listen() (own []string, err error) {
 			return nil, fmt.Errorf("gateway listener: %w", err)
 		}
 		own = append(own, o.gwLn.Addr().String(), cfg.Gateway.Addr)
+	}
+	// The demo site is a crawl target, not one of the operator's own listeners: it stays out of own.
+	if cfg.Demo.Proxies > 0 && cfg.Demo.SiteAddr != "" {
+		if o.demoLn, err = net.Listen("tcp", cfg.Demo.SiteAddr); err != nil {
+			return nil, fmt.Errorf("demo site listener: %w", err)
+		}
+		o.demoSrv = demoSiteServer()
 	}
 	return own, nil
 }
@@ -535,6 +544,14 @@ func (o *Operator) EchoAddr() string {
 	return o.echoLn.Addr().String()
 }
 
+// DemoSiteAddr is the bound address of the demo site ("" without one).
+func (o *Operator) DemoSiteAddr() string {
+	if o.demoLn == nil {
+		return ""
+	}
+	return o.demoLn.Addr().String()
+}
+
 // GatewayAddr is the bound address of the gateway listener ("" without one).
 func (o *Operator) GatewayAddr() string {
 	if o.gwLn == nil {
@@ -589,7 +606,7 @@ func (o *Operator) Run(ctx context.Context) error {
 		background = append(background, o.runDemo)
 	}
 	// Room for every server's and loop's error, so none blocks after the first is taken.
-	errc := make(chan error, 3+len(background))
+	errc := make(chan error, 5+len(background))
 	go func() {
 		if o.hookCreds != nil {
 			errc <- fmt.Errorf("hook server: %w", o.hookSrv.ServeTLS(o.hookLn, "", ""))
@@ -604,6 +621,9 @@ func (o *Operator) Run(ctx context.Context) error {
 	}
 	if o.gwSrv != nil {
 		go func() { errc <- fmt.Errorf("gateway server: %w", o.gwSrv.Serve(o.gwLn)) }()
+	}
+	if o.demoSrv != nil {
+		go func() { errc <- fmt.Errorf("demo site: %w", o.demoSrv.Serve(o.demoLn)) }()
 	}
 	waitLoops := startLoops(ctx, errc, background)
 
@@ -626,6 +646,9 @@ func (o *Operator) Run(ctx context.Context) error {
 	}
 	if o.gwSrv != nil {
 		stopping.Go(func() { gwErr = o.gwSrv.Shutdown(sctx) })
+	}
+	if o.demoSrv != nil {
+		stopping.Go(func() { _ = o.demoSrv.Shutdown(sctx) })
 	}
 	stopping.Wait()
 	if gwErr != nil && runErr == nil {
