@@ -7,10 +7,14 @@ CONTROLLER_GEN = $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.21
 BIN           ?= bin/proxy-operator
 IMG           ?= proxy-operator:dev
 PYTHON        ?= /usr/bin/python3
-# -discovery-insecure: make run serves discovery on 127.0.0.1 only; a shared address needs a token.
+# -discovery-insecure: make run serves discovery and the gateway on 127.0.0.1 only, without a token;
+# a shared address needs one. -gateway-addr: the crawlers' proxy gateway (curl -x 127.0.0.1:8091).
 # -demo-proxies 3: a fleet of mock proxies the process defines and syncs itself, no cluster
-# needed; -fleet-warmup 0s: without a cluster there is no fleet to wait for after a restart.
-RUN_ARGS      ?= -hook-addr 127.0.0.1:8080 -hooks-insecure -discovery-addr 127.0.0.1:8090 -discovery-insecure -log-format text -fleet-warmup 0s -gc-min-age 1m -demo-proxies 3
+# needed, beside the demo site on 127.0.0.1:8092 (-demo-site-addr), a rate-limited crawl target;
+# -fleet-warmup 0s: without a cluster there is no fleet to wait for after a restart.
+# RUN_EXTRA adds flags without retyping RUN_ARGS: make run RUN_EXTRA='-log-level debug'.
+RUN_ARGS      ?= -hook-addr 127.0.0.1:8080 -hooks-insecure -discovery-addr 127.0.0.1:8090 -discovery-insecure -gateway-addr 127.0.0.1:8091 -log-format text -fleet-warmup 0s -gc-min-age 1m -demo-proxies 3
+RUN_EXTRA     ?=
 # GO_BUILD is the one way the binary is built: make build, make run and make demo
 # (scripts/quickstart.sh spells the same flags out), so none rebuilds what another built.
 GO_BUILD      = CGO_ENABLED=0 $(GO) build -trimpath
@@ -19,19 +23,19 @@ GO_BUILD      = CGO_ENABLED=0 $(GO) build -trimpath
 
 ## help: list the targets and what each does
 help:
-	@echo 'Targets (variables: BIN=$(BIN) IMG=$(IMG) RUN_ARGS="..." FUZZTIME=$(FUZZTIME) LOAD_SECONDS=$(LOAD_SECONDS)):'
+	@echo 'Targets (variables: BIN=$(BIN) IMG=$(IMG) RUN_ARGS="..." RUN_EXTRA="..." FUZZTIME=$(FUZZTIME) LOAD_SECONDS=$(LOAD_SECONDS)):'
 	@sed -n 's/^## \([a-z-]*\): \(.*\)/\1|\2/p' $(MAKEFILE_LIST) | awk -F'|' '{ printf "  %-17s %s\n", $$1, $$2 }'
 
 ## build: bin/proxy-operator, static
 build:
 	$(GO_BUILD) -o $(BIN) .
 
-## run: build, then exec the binary with RUN_ARGS (a demo fleet of 3 mock proxies; hooks on 127.0.0.1:8080, discovery on :8090); Ctrl-C or kill stops it and its mock proxies
+## run: build, then exec the binary with RUN_ARGS and RUN_EXTRA (a demo fleet of 3 mock proxies and a demo site on 127.0.0.1:8092; hooks on :8080, discovery on :8090, gateway on :8091); Ctrl-C or kill stops it and its mock proxies
 # run is the no-cluster quickstart: KUBECONFIG is cleared, since its Proxies exist in no cluster
 # and, with a client, GC would take their mock instances for orphans. exec (through env): the
 # binary replaces the recipe's shell, so make's SIGTERM and the terminal's Ctrl-C reach it.
 run: build
-	exec env KUBECONFIG= $(BIN) $(RUN_ARGS)
+	exec env KUBECONFIG= $(BIN) $(RUN_ARGS) $(RUN_EXTRA)
 
 ## demo: the README quickstart (scripts/quickstart.sh): build, start with a demo fleet, lease a proxy, fetch through it, stop
 demo:
