@@ -19,7 +19,7 @@ RUN_EXTRA     ?=
 # (scripts/quickstart.sh spells the same flags out), so none rebuilds what another built.
 GO_BUILD      = CGO_ENABLED=0 $(GO) build -trimpath
 
-.PHONY: help build run demo test test-go test-python generate verify vet fmt bench bench-probes bench-discovery bench-gateway bench-crawl bench-crawl-score docker-build fuzz load scale attack
+.PHONY: help build run demo test test-go test-python generate verify vet fmt bench bench-probes bench-discovery bench-gateway bench-crawl bench-crawl-score bench-scrapy docker-build fuzz load scale attack
 
 ## help: list the targets and what each does
 help:
@@ -111,6 +111,10 @@ bench-crawl:
 # bench-crawl-score: the same job on a farm where every site refuses 4 of the 16 proxies as
 # datacenter addresses and answers 4 others 1 s late (their probes too); 6 workers, a fresh lease every 5 pages; leases
 # with the quality score (the default) and without it (-lease-by-quality=false). About 4 minutes.
+## bench-scrapy: the Scrapy middleware at its defaults with the demo fleet's 3 proxies against one polite IP, on the crawl farm's strict site (about 2 minutes)
+bench-scrapy:
+	cd clients/python && GO="$(GO)" $(PYTHON) tests/bench_scrapy.py $(SCRAPY_PAGES)
+
 ## bench-crawl-score: leases with and without the quality score on a farm with datacenter and slow proxies (about 4 minutes)
 bench-crawl-score:
 	$(GO) run ./test/crawl/cmd/crawlbench -degraded $(CRAWL_ARGS)
