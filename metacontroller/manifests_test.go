@@ -34,6 +34,7 @@ const (
 	namespace     = "proxy-operator"
 	hookService   = "proxy-operator-hooks"
 	discService   = "proxy-operator-discovery"
+	gwService     = "proxy-operator-gateway"
 	deployment    = "proxy-operator"
 	providersCM   = "proxy-operator-providers"
 	tokenSecret   = "proxy-operator-discovery"
@@ -258,6 +259,7 @@ func TestEveryObjectParses(t *testing.T) {
 		"Role/proxy-operator/proxy-operator-hook-credentials",
 		"RoleBinding/proxy-operator/proxy-operator-hook-credentials",
 		"Service/proxy-operator/" + discService,
+		"Service/proxy-operator/" + gwService,
 		"Service/proxy-operator/" + hookService,
 		"ServiceAccount/proxy-operator/proxy-operator",
 	}
@@ -398,7 +400,7 @@ func TestWiringAgrees(t *testing.T) {
 	var (
 		cc          compositeController
 		dep         appsv1.Deployment
-		hooks, disc corev1.Service
+		hooks, disc, gw corev1.Service
 		np          networkingv1.NetworkPolicy
 		cm          corev1.ConfigMap
 		sa          corev1.ServiceAccount
@@ -409,6 +411,7 @@ func TestWiringAgrees(t *testing.T) {
 	r.get(t, "Deployment/"+namespace+"/"+deployment, &dep)
 	r.get(t, "Service/"+namespace+"/"+hookService, &hooks)
 	r.get(t, "Service/"+namespace+"/"+discService, &disc)
+	r.get(t, "Service/"+namespace+"/"+gwService, &gw)
 	r.get(t, "NetworkPolicy/"+namespace+"/proxy-operator", &np)
 	r.get(t, "ConfigMap/"+namespace+"/"+providersCM, &cm)
 	r.get(t, "ServiceAccount/"+namespace+"/proxy-operator", &sa)
@@ -432,6 +435,11 @@ func TestWiringAgrees(t *testing.T) {
 		t.Fatalf("container args %q lack -discovery-addr", c.Args)
 	}
 	discPort := listenPort(t, discAddr)
+	gwAddr, ok := argValue(c.Args, "-gateway-addr")
+	if !ok {
+		t.Fatalf("container args %q lack -gateway-addr: the base install serves the gateway", c.Args)
+	}
+	gwPort := listenPort(t, gwAddr)
 
 	var pools compositeController
 	r.get(t, "CompositeController//proxy-operator-pools", &pools)
@@ -525,8 +533,17 @@ func TestWiringAgrees(t *testing.T) {
 		}
 	})
 
+	t.Run("gateway service reaches the gateway listener", func(t *testing.T) {
+		if len(gw.Spec.Ports) != 1 {
+			t.Fatalf("gateway service has %d ports, want 1", len(gw.Spec.Ports))
+		}
+		if got := containerPort(t, c, gw.Spec.Ports[0].TargetPort); got != gwPort {
+			t.Errorf("gateway service -> container port %d, but -gateway-addr listens on %d", got, gwPort)
+		}
+	})
+
 	t.Run("services and network policy select the operator pods", func(t *testing.T) {
-		for _, svc := range []corev1.Service{hooks, disc} {
+		for _, svc := range []corev1.Service{hooks, disc, gw} {
 			if !selects(svc.Spec.Selector, pod.Labels) {
 				t.Errorf("service %s selector %v does not select pod labels %v", svc.Name, svc.Spec.Selector, pod.Labels)
 			}
@@ -539,7 +556,7 @@ func TestWiringAgrees(t *testing.T) {
 		}
 	})
 
-	t.Run("network policy: hooks from metacontroller only, discovery from anyone", func(t *testing.T) {
+	t.Run("network policy: hooks from metacontroller only, discovery and gateway from anyone", func(t *testing.T) {
 		if diff := cmp.Diff([]networkingv1.PolicyType{networkingv1.PolicyTypeIngress}, np.Spec.PolicyTypes); diff != "" {
 			t.Errorf("policyTypes (-want +got):\n%s", diff)
 		}
@@ -570,7 +587,7 @@ func TestWiringAgrees(t *testing.T) {
 				got[port] = append(got[port], from)
 			}
 		}
-		want := map[int32][]string{hookPort: {"metacontroller"}, discPort: {"anyone"}}
+		want := map[int32][]string{hookPort: {"metacontroller"}, discPort: {"anyone"}, gwPort: {"anyone"}}
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("ingress by port (-want +got):\n%s", diff)
 		}
