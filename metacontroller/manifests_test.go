@@ -398,14 +398,14 @@ func selects(selector, labels map[string]string) bool {
 func TestWiringAgrees(t *testing.T) {
 	r := render(t)
 	var (
-		cc          compositeController
-		dep         appsv1.Deployment
+		cc              compositeController
+		dep             appsv1.Deployment
 		hooks, disc, gw corev1.Service
-		np          networkingv1.NetworkPolicy
-		cm          corev1.ConfigMap
-		sa          corev1.ServiceAccount
-		role        rbacv1.ClusterRole
-		binding     rbacv1.ClusterRoleBinding
+		np              networkingv1.NetworkPolicy
+		cm              corev1.ConfigMap
+		sa              corev1.ServiceAccount
+		role            rbacv1.ClusterRole
+		binding         rbacv1.ClusterRoleBinding
 	)
 	r.get(t, "CompositeController//proxy-operator", &cc)
 	r.get(t, "Deployment/"+namespace+"/"+deployment, &dep)
