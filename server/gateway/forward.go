@@ -7,10 +7,12 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/proxy-operator/proxy-operator/lease"
 	"github.com/proxy-operator/proxy-operator/server/httpx"
 )
 
@@ -91,10 +93,10 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, p pick) error 
 		}
 	}()
 	for tries < g.MaxTries && (tries == 0 || retryable) {
-		h, err := g.take(ctx, p, target, held)
+		h, tk, err := g.take(ctx, p, target, held, true)
 		if err != nil {
 			if tries == 0 {
-				return leaseError(err)
+				return g.leaseError(err)
 			}
 			break // answer with what the last try got
 		}
@@ -130,9 +132,23 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, p pick) error 
 			continue
 		}
 		if rule == nil {
+			if resp.StatusCode < 400 {
+				g.pace.ok(tk)
+			}
 			break
 		}
+		if rule.Result == lease.ResultRateLimited {
+			// A retry waits for the next upstream whose pace allows it (take), never at once.
+			g.pace.limited(tk, retryAfter(resp.Header, g.Now(), g.MaxRetryAfter))
+		}
 		g.report(ctx, h, target, rule, resp.Header)
+		if retryable && tries < g.MaxTries {
+			// The upstream is done with: it waits for its pace or cooldown, and holding it
+			// through the retry would keep it from the site's other requests for nothing.
+			// Its answer is kept for the client in case the retry finds no upstream.
+			held = held[:len(held)-1]
+			g.done(h)
+		}
 	}
 	g.m.tries.WithLabelValues(kindRequest).Observe(float64(tries))
 	if resp == nil {
@@ -143,12 +159,16 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, p pick) error 
 	}
 	defer resp.Body.Close()
 	// Earlier tries free their upstreams now rather than when the body is through.
+	keep := slices.Contains(held, final) // else already done: a rule matched its answer
 	for _, h := range held {
 		if h != final {
 			g.done(h)
 		}
 	}
-	held = []*hold{final}
+	held = nil
+	if keep {
+		held = []*hold{final}
+	}
 
 	hdr := w.Header()
 	for k, vs := range resp.Header {

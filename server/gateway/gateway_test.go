@@ -314,8 +314,8 @@ func TestStickySessionMovesOnlyAfterBan(t *testing.T) {
 	}
 	// Another token's session of the same name is its own.
 	other, _ := get(t, e.client("session-s1", teamToken), s.url("/"))
-	if other.StatusCode != http.StatusServiceUnavailable {
-		t.Errorf("team token (namespace team, no proxies there): %d, want 503", other.StatusCode)
+	if other.StatusCode != http.StatusNotFound || other.Header.Get(gateway.HeaderError) != gateway.ReasonNoMatch {
+		t.Errorf("team token (namespace team, no proxies there): %d %q, want 404 no_match", other.StatusCode, other.Header.Get(gateway.HeaderError))
 	}
 }
 
@@ -372,13 +372,14 @@ func TestNothingFitsIs503WithRetryAfter(t *testing.T) {
 		t.Errorf("got %d Retry-After %q %q, want 503 with Retry-After saying 2 unhealthy", resp.StatusCode, resp.Header.Get("Retry-After"), body)
 	}
 	resp, body = get(t, e.client("pool-api", token), s.url("/"))
-	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(body, "no proxy matches the selector") {
-		t.Errorf("unmatched selector: %d %q, want 503 saying no proxy matches", resp.StatusCode, body)
+	if resp.StatusCode != http.StatusNotFound || resp.Header.Get(gateway.HeaderError) != gateway.ReasonNoMatch ||
+		!strings.Contains(body, "no Proxy matches the selector") {
+		t.Errorf("unmatched selector: %d %q, want 404 no_match saying no Proxy matches", resp.StatusCode, body)
 	}
 }
 
 func TestOneUpstreamPerSiteWaitsThenAnswers503(t *testing.T) {
-	e := newEnv(t, 1, func(g *gateway.Gateway) { g.AcquireWait = 200 * time.Millisecond })
+	e := newEnv(t, 1, func(g *gateway.Gateway) { g.AcquireWait, g.QueueWait = 200*time.Millisecond, 200*time.Millisecond })
 	release := make(chan struct{})
 	arrived := make(chan struct{}, 2)
 	s := newSite(t, func(w http.ResponseWriter, r *http.Request, from string) {

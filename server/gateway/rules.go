@@ -55,6 +55,26 @@ type Rules struct {
 	// NoDefaults drops the default rules appended after the file's (429 rate_limited,
 	// 403 banned).
 	NoDefaults bool `json:"noDefaults,omitempty"`
+	// Paces fix the pace of some sites (decision 0260): the first whose hosts match applies.
+	Paces []PaceRule `json:"paces,omitempty"`
+}
+
+// PaceRule bounds the pace of the sites it matches: requests per second through each upstream
+// IP. The gateway starts there and never goes faster; a 429 still slows it down.
+type PaceRule struct {
+	// Hosts are path.Match globs on the target host, as in Rule; empty: every host.
+	Hosts             []string `json:"hosts,omitempty"`
+	RequestsPerSecond float64  `json:"requestsPerSecond"`
+}
+
+// pace is the rate a pace rule fixes for target, if one matches.
+func (rs *Rules) pace(target string) (float64, bool) {
+	for _, p := range rs.Paces {
+		if (&Rule{Hosts: p.Hosts}).hostMatches(target) {
+			return p.RequestsPerSecond, true
+		}
+	}
+	return 0, false
 }
 
 // DefaultRules are what applies without a file, and after a file's rules.
@@ -92,7 +112,7 @@ func ParseRules(b []byte) (*Rules, error) {
 			return nil, fmt.Errorf("%w: %w", ErrRules, err)
 		}
 	}
-	if len(rs.Rules) > maxRules {
+	if len(rs.Rules)+len(rs.Paces) > maxRules {
 		return nil, fmt.Errorf("%w: %d rules, at most %d", ErrRules, len(rs.Rules), maxRules)
 	}
 	switch {
@@ -103,6 +123,16 @@ func ParseRules(b []byte) (*Rules, error) {
 	}
 	if !rs.NoDefaults {
 		rs.Rules = append(rs.Rules, DefaultRules()...)
+	}
+	for i, p := range rs.Paces {
+		if !(p.RequestsPerSecond > 0 && p.RequestsPerSecond <= MaxPaceRate) {
+			return nil, fmt.Errorf("%w: pace %d: requestsPerSecond %g: want more than 0, at most %g", ErrRules, i+1, p.RequestsPerSecond, MaxPaceRate)
+		}
+		for _, h := range p.Hosts {
+			if _, err := path.Match(h, "x"); err != nil || h == "" {
+				return nil, fmt.Errorf("%w: pace %d: host glob %q is malformed", ErrRules, i+1, h)
+			}
+		}
 	}
 	for i := range rs.Rules {
 		if err := rs.Rules[i].compile(); err != nil {
