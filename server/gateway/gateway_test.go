@@ -200,10 +200,10 @@ func TestRateLimitRetriesOnAnotherUpstreamAndCoolsOnlyIt(t *testing.T) {
 
 func TestRetriesAreBoundedAndNeverReuseAnUpstream(t *testing.T) {
 	e := newEnv(t, 4, func(g *gateway.Gateway) { g.MaxTries = 3 })
-	s := newSite(t, func(w http.ResponseWriter, r *http.Request, from string) { w.WriteHeader(http.StatusForbidden) })
+	s := newSite(t, func(w http.ResponseWriter, r *http.Request, from string) { w.WriteHeader(http.StatusTooManyRequests) })
 	resp, _ := get(t, e.client("", token), s.url("/"))
-	if resp.StatusCode != http.StatusForbidden || resp.Header.Get(gateway.HeaderTries) != "3" {
-		t.Fatalf("got %d after %s tries, want the last 403 after 3", resp.StatusCode, resp.Header.Get(gateway.HeaderTries))
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get(gateway.HeaderTries) != "3" {
+		t.Fatalf("got %d after %s tries, want the last 429 after 3", resp.StatusCode, resp.Header.Get(gateway.HeaderTries))
 	}
 	seen := map[string]bool{}
 	for _, ip := range s.froms() {

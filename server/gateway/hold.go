@@ -297,7 +297,11 @@ func (g *Gateway) report(ctx context.Context, h *hold, target string, r *Rule, h
 		g.Log.Warn("gateway ban report not recorded", "proxy", h.l.Proxy.Key, "target", target, "rule", r.Name, "err", err)
 		return
 	}
-	g.Log.Info("gateway ban detected", "proxy", h.l.Proxy.Key, "target", target, "rule", r.Name, "result", r.Result,
+	msg := "gateway ban detected"
+	if r.Result == lease.ResultRateLimited {
+		msg = "gateway rate limiting detected" // slow down, not a ban (decision 0261)
+	}
+	g.Log.Info(msg, "proxy", h.l.Proxy.Key, "target", target, "rule", r.Name, "result", r.Result,
 		"cooldown_until", c.Until, "strikes", c.Strikes)
 }
 

@@ -3,6 +3,7 @@ package gateway
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path"
@@ -177,6 +178,12 @@ func (r *Rule) compile() error {
 	return nil
 }
 
+// generic reports whether r bans on the status alone (the default 403 rule): such an answer
+// may be the site refusing the request for everyone, so a second upstream is asked first.
+func (r *Rule) generic() bool {
+	return r.Result == lease.ResultBanned && r.Header == "" && r.body == nil
+}
+
 // needsBody reports whether any rule that could match (host, status) reads the body.
 func (rs *Rules) needsBody(host string, status int) bool {
 	for i := range rs.Rules {
@@ -247,6 +254,32 @@ func (r *Rule) statusMatches(s int) bool {
 		}
 	}
 	return false
+}
+
+// upstreamErrorHeaders mark an answer an upstream proxy made itself (Squid's error pages, the
+// mock proxy's refusals): it says nothing of the site, so no rule applies to it and it is
+// never reported as a ban (issue 30 part 6).
+var upstreamErrorHeaders = []string{"X-Squid-Error", "X-Mock-Proxy-Error"}
+
+// upstreamError reports whether the answer is the upstream proxy's own.
+func upstreamError(h http.Header) bool {
+	for _, k := range upstreamErrorHeaders {
+		if h.Get(k) != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// hung reports whether a try failed because the site sent no answer head in time (not because
+// the upstream could not be dialled): every other upstream would wait as long.
+func hung(err error) bool {
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		return false
+	}
+	var op *net.OpError
+	return !errors.As(err, &op) || op.Op != "dial"
 }
 
 // retryAfter reads a Retry-After header (seconds or an HTTP date), bounded by limit; zero
