@@ -1,8 +1,15 @@
 package gateway_test
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -98,4 +105,48 @@ func TestHungSiteIsTriedOnce(t *testing.T) {
 	if got := len(s.froms()); got != 1 {
 		t.Errorf("the site got the request %d times, want once", got)
 	}
+}
+
+// TestCoolingRefusalSaysTheTrueTime: during a 24 h cooldown the 503 says so: Retry-After
+// within 1 % of the cooldown's end (it said 10 s before), X-Proxy-Operator-Error site_cooling,
+// and the JSON body's availableAt and reason; for CONNECT too.
+func TestCoolingRefusalSaysTheTrueTime(t *testing.T) {
+	e := newEnv(t, 1, nil)
+	s := newSite(t, nil)
+	l, err := e.store.Acquire(context.Background(), lease.Request{TTL: time.Minute, Target: s.addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := e.store.Report(context.Background(), l.ID, lease.Report{Result: lease.ResultRateLimited, Target: s.addr, RetryAfter: 24 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = e.store.Release(context.Background(), l.ID)
+	want := time.Until(c.Until).Seconds()
+	check := func(what string, resp *http.Response, body string) {
+		t.Helper()
+		ra, _ := strconv.ParseFloat(resp.Header.Get("Retry-After"), 64)
+		var b gateway.RefusalBody
+		_ = json.Unmarshal([]byte(body), &b)
+		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get(gateway.HeaderError) != gateway.ReasonSiteCooling ||
+			math.Abs(ra-want) > want/100 || b.Reason != gateway.ReasonSiteCooling || b.AvailableAt == nil || !b.AvailableAt.Equal(c.Until.UTC()) {
+			t.Errorf("%s: %d %s=%q Retry-After %q body %s; want 503 site_cooling, Retry-After %.0f (1 %%), availableAt %s",
+				what, resp.StatusCode, gateway.HeaderError, resp.Header.Get(gateway.HeaderError), resp.Header.Get("Retry-After"), body, want, c.Until)
+		}
+	}
+	resp, body := get(t, e.client("", token), s.url("/"))
+	check("GET", resp, body)
+
+	conn, err := net.Dial("tcp", e.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_, _ = fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\nHost: %s\r\nProxy-Authorization: %s\r\n\r\n", s.addr, s.addr, basicAuth("", token))
+	cr, err := http.ReadResponse(bufio.NewReader(conn), &http.Request{Method: http.MethodConnect})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cb, _ := io.ReadAll(cr.Body)
+	check("CONNECT", cr, string(cb))
 }
