@@ -24,15 +24,16 @@ const (
 	// DefaultMaxQueue bounds the requests waiting for one site's pace (beyond: 503 queue_full).
 	DefaultMaxQueue = 256
 
-	paceSlowStart = 1.25  // before the first 429: growth per success that tested the pace
-	paceCut       = 0.8   // a 429: the pace becomes this share of the rate that failed
-	paceHeadroom  = 0.95  // after a 429 the pace climbs back to this share of the rate that failed
-	paceClimb     = 0.1   // share of the gap to the headroom closed per tested success
-	paceProbe     = 0.001 // at the headroom, growth per tested success (a share of the ceiling)
-	paceTested    = 1.25  // a success tests the pace when it came within this factor of its interval
-	paceJitter    = 0.1   // a Retry-After floor is stretched by up to this share, so upstreams do not return at once
-	maxPaceSites  = 10000 // sites remembered; the least recently used idle one is forgotten first
-	maxPaceUps    = 4096  // upstreams remembered per site
+	paceSlowStart = 1.25        // before the first 429: growth per success that tested the pace
+	paceCut       = 0.8         // a 429: the pace becomes this share of the rate that failed
+	paceHeadroom  = 0.95        // after a 429 the pace climbs back to this share of the rate that failed
+	paceClimb     = 0.1         // share of the gap to the headroom closed per tested success
+	paceProbe     = 0.001       // at the headroom, growth per tested success (a share of the ceiling)
+	paceTested    = 1.25        // a success tests the pace when it came within this factor of its interval
+	paceJitter    = 0.1         // a Retry-After floor is stretched by up to this share, so upstreams do not return at once
+	maxPaceSites  = 10000       // sites remembered; the least recently used idle one is forgotten first
+	maxPaceUps    = 4096        // upstreams remembered per site
+	paceForget    = time.Minute // an upstream ready this long ago is forgotten for the site
 )
 
 // Errors of the pacer, matched by the gateway's refusals.
@@ -176,7 +177,14 @@ func (p *pacer) notReady(s *sitePace, now time.Time) ([]string, time.Time) {
 	var keys []string
 	var earliest time.Time
 	for k := range s.ups {
-		if t := s.readyLocked(k); t.After(now) {
+		t := s.readyLocked(k)
+		if now.Sub(t) > paceForget {
+			// Ready long ago: its last send no longer tests the pace. Forgetting it keeps
+			// the table at the upstreams in recent use.
+			delete(s.ups, k)
+			continue
+		}
+		if t.After(now) {
 			keys = append(keys, k)
 			if earliest.IsZero() || t.Before(earliest) {
 				earliest = t
@@ -269,7 +277,7 @@ func (p *pacer) limited(t paceTicket, retryAfter time.Duration) {
 			u.floor = floor
 		}
 	}
-	if t.at.Before(s.lastCut) {
+	if !t.at.After(s.lastCut) {
 		return // sent at the pace before the last cut: that cut already answered it
 	}
 	s.ceil = s.rate
