@@ -76,10 +76,10 @@ func TestCooldownBoundKeepsKnownPairsAndFrees(t *testing.T) {
 	if _, err := f.store.Report(ctx, l.ID, Report{Result: ResultRateLimited, Target: "z"}); !errors.Is(err, ErrTooManyCooldowns) {
 		t.Fatalf("third target: %v, want ErrTooManyCooldowns", err)
 	}
-	// A pair already remembered still grows its cooldown at the bound.
-	c, err := f.store.Report(ctx, l.ID, Report{Result: ResultRateLimited, Target: "x"})
-	if err != nil || c.Strikes != 2 {
-		t.Fatalf("second report on x: strikes %d, %v; want 2, nil", c.Strikes, err)
+	// A pair already remembered is still reported at the bound.
+	c, err := f.store.Report(ctx, l.ID, Report{Result: ResultRateLimited, Target: "x", RetryAfter: 2 * DefaultRateLimitedCooldown})
+	if err != nil || !c.Until.Equal(f.clock.Now().Add(2*DefaultRateLimitedCooldown)) {
+		t.Fatalf("second report on x: until %s, %v; want twice the default from now, nil", c.Until, err)
 	}
 	// y is forgotten after 2x its cooldown: it stops counting at once, without a Reap.
 	f.clock.Advance(2 * DefaultRateLimitedCooldown)

@@ -537,6 +537,11 @@ func (m *Memory) Report(_ context.Context, id string, r Report) (Cooldown, error
 	}
 	out := Cooldown{Proxy: l.proxy, Target: r.Target}
 	if r.Result == ResultOK {
+		// A success through the proxy forgives one strike of a remembered pair (decision 0261).
+		if c := m.cool[coolKey{r.Target, l.proxy}]; c != nil && now.Before(c.forget) && c.strikes > 0 {
+			c.strikes--
+			out.Until, out.Strikes = c.until, c.strikes
+		}
 		return out, nil
 	}
 	base := m.cfg.RateLimitedCooldown
@@ -561,7 +566,9 @@ func (m *Memory) Report(_ context.Context, id string, r Report) (Cooldown, error
 		}
 		c.elem = q.PushBack(c)
 	}
-	c.strikes++
+	if r.Result == ResultBanned {
+		c.strikes++
+	}
 	d := cooldownFor(r, base, c.strikes, m.cfg.MaxCooldown)
 	// A report during a cooldown never shortens it.
 	if until := now.Add(d); until.After(c.until) {
@@ -580,14 +587,16 @@ func (m *Memory) Report(_ context.Context, id string, r Report) (Cooldown, error
 	return out, nil
 }
 
-// cooldownFor is the cooldown policy. A rate_limited report that carries the target's
-// Retry-After cools for exactly that: the target said when the proxy may come back, and a
-// longer default (or doubling on repeats) would idle a proxy the target has already let back
-// in. Otherwise the result's default cooldown doubles with each strike still remembered, and
-// a longer Retry-After wins. Everything is capped at maxCooldown.
+// cooldownFor is the cooldown policy (decision 0261). rate_limited means "slow down", not
+// "go away": the target's Retry-After when it gave one, else the short default, never doubled
+// and no strike. banned doubles the default with each strike still remembered (a success
+// forgives one), and a longer Retry-After wins. Everything is capped at maxCooldown.
 func cooldownFor(r Report, base time.Duration, strikes int, maxCooldown time.Duration) time.Duration {
-	if r.Result == ResultRateLimited && r.RetryAfter > 0 {
-		return min(r.RetryAfter, maxCooldown)
+	if r.Result == ResultRateLimited {
+		if r.RetryAfter > 0 {
+			return min(r.RetryAfter, maxCooldown)
+		}
+		return min(base, maxCooldown)
 	}
 	d := base
 	for i := 1; i < strikes && d < maxCooldown; i++ {

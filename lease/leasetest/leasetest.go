@@ -366,8 +366,8 @@ func testCooldownPerTarget(t *testing.T, f Factory) {
 	if err != nil {
 		t.Fatalf("Report: %v", err)
 	}
-	if want := fx.clock.Now().Add(lease.DefaultRateLimitedCooldown); !c.Until.Equal(want) || c.Proxy != "ns/a" || c.Strikes != 1 {
-		t.Errorf("cooldown %+v, want ns/a until %s, 1 strike", c, want)
+	if want := fx.clock.Now().Add(lease.DefaultRateLimitedCooldown); !c.Until.Equal(want) || c.Proxy != "ns/a" || c.Strikes != 0 {
+		t.Errorf("cooldown %+v, want ns/a until %s, no strike (rate limiting is not a ban)", c, want)
 	}
 	_ = fx.h.Store.Release(ctx, l.ID)
 
@@ -412,19 +412,20 @@ func testCooldownLength(t *testing.T, f Factory) {
 		want    time.Duration // cooldown left after the last report
 		strikes int
 	}{
-		{"rate limited", []report{{lease.ResultRateLimited, 0, 0}}, rl, 1},
+		{"rate limited", []report{{lease.ResultRateLimited, 0, 0}}, rl, 0},
 		{"banned is longer", []report{{lease.ResultBanned, 0, 0}}, ban, 1},
-		{"longer Retry-After wins", []report{{lease.ResultRateLimited, 40 * time.Minute, 0}}, 40 * time.Minute, 1},
-		{"rate limited with a Retry-After cools for exactly that", []report{{lease.ResultRateLimited, time.Minute, 0}}, time.Minute, 1},
-		{"a Retry-After is not doubled on repeats", []report{{lease.ResultRateLimited, 2 * time.Second, 0}, {lease.ResultRateLimited, 2 * time.Second, 3 * time.Second}, {lease.ResultRateLimited, 2 * time.Second, 3 * time.Second}}, 2 * time.Second, 3},
-		{"a Retry-After never shortens a running cooldown", []report{{lease.ResultRateLimited, 0, 0}, {lease.ResultRateLimited, time.Second, time.Minute}}, rl - time.Minute, 2},
-		{"strikes from Retry-After reports grow a later default", []report{{lease.ResultRateLimited, time.Second, 0}, {lease.ResultRateLimited, 0, 1500 * time.Millisecond}}, 2 * rl, 2},
+		{"longer Retry-After wins", []report{{lease.ResultRateLimited, 40 * time.Minute, 0}}, 40 * time.Minute, 0},
+		{"rate limited with a Retry-After cools for exactly that", []report{{lease.ResultRateLimited, time.Minute, 0}}, time.Minute, 0},
+		{"a Retry-After is not doubled on repeats", []report{{lease.ResultRateLimited, 2 * time.Second, 0}, {lease.ResultRateLimited, 2 * time.Second, 3 * time.Second}, {lease.ResultRateLimited, 2 * time.Second, 3 * time.Second}}, 2 * time.Second, 0},
+		{"a Retry-After never shortens a running cooldown", []report{{lease.ResultRateLimited, 0, 0}, {lease.ResultRateLimited, time.Second, time.Minute}}, rl - time.Minute, 0},
+		{"rate limited never escalates", []report{{lease.ResultRateLimited, time.Second, 0}, {lease.ResultRateLimited, 0, 1500 * time.Millisecond}, {lease.ResultRateLimited, 0, rl + time.Second}}, rl, 0},
 		{"banned: a shorter Retry-After loses", []report{{lease.ResultBanned, time.Minute, 0}}, ban, 1},
-		{"Retry-After capped", []report{{lease.ResultRateLimited, 30 * 24 * time.Hour, 0}}, maxCD, 1},
-		{"repeats double", []report{{lease.ResultRateLimited, 0, 0}, {lease.ResultRateLimited, 0, 20 * time.Minute}, {lease.ResultRateLimited, 0, 40 * time.Minute}}, 4 * rl, 3},
+		{"Retry-After capped", []report{{lease.ResultRateLimited, 30 * 24 * time.Hour, 0}}, maxCD, 0},
+		{"bans double", []report{{lease.ResultBanned, 0, 0}, {lease.ResultBanned, 0, 20 * time.Minute}, {lease.ResultBanned, 0, 40 * time.Minute}}, 4 * ban, 3},
 		{"repeats capped", []report{{lease.ResultBanned, 0, 0}, {lease.ResultBanned, 0, 0}, {lease.ResultBanned, 0, 0}, {lease.ResultBanned, 0, 0}, {lease.ResultBanned, 0, 0}, {lease.ResultBanned, 0, 0}}, maxCD, 6},
-		{"never shortened", []report{{lease.ResultBanned, 0, 0}, {lease.ResultRateLimited, 0, time.Minute}}, ban - time.Minute, 2},
-		{"forgotten after as long again", []report{{lease.ResultRateLimited, 0, 0}, {lease.ResultRateLimited, 0, 2 * rl}}, rl, 1},
+		{"never shortened", []report{{lease.ResultBanned, 0, 0}, {lease.ResultRateLimited, 0, time.Minute}}, ban - time.Minute, 1},
+		{"forgotten after as long again", []report{{lease.ResultBanned, 0, 0}, {lease.ResultBanned, 0, 2 * ban}}, ban, 1},
+		{"a success forgives a strike", []report{{lease.ResultBanned, 0, 0}, {lease.ResultBanned, 0, 0}, {lease.ResultOK, 0, 0}, {lease.ResultBanned, 0, 0}}, 2 * ban, 2},
 		{"ok starts nothing", []report{{lease.ResultOK, 0, 0}}, 0, 0},
 	}
 	for _, tc := range tests {
@@ -455,22 +456,22 @@ func testCooldownForgotten(t *testing.T, f Factory) {
 	ctx := context.Background()
 	fx := newFixture(t, f, spec{name: "a", max: 1})
 	l := fx.mustAcquire(t, lease.Request{TTL: 24 * time.Hour})
-	if _, err := fx.h.Store.Report(ctx, l.ID, lease.Report{Result: lease.ResultRateLimited, Target: "x"}); err != nil {
+	if _, err := fx.h.Store.Report(ctx, l.ID, lease.Report{Result: lease.ResultBanned, Target: "x"}); err != nil {
 		t.Fatal(err)
 	}
 	_ = fx.h.Store.Release(ctx, l.ID)
 	if _, err := fx.acquire(t, lease.Request{Target: "x"}); !errors.Is(err, lease.ErrNoMatch) {
 		t.Fatalf("Acquire while cooling: %v, want ErrNoMatch", err)
 	}
-	fx.clock.Advance(lease.DefaultRateLimitedCooldown)
+	fx.clock.Advance(lease.DefaultBannedCooldown)
 	l = fx.mustAcquire(t, lease.Request{Target: "x", TTL: 24 * time.Hour}) // cooled down, strikes remembered
-	c, err := fx.h.Store.Report(ctx, l.ID, lease.Report{Result: lease.ResultRateLimited, Target: "x"})
+	c, err := fx.h.Store.Report(ctx, l.ID, lease.Report{Result: lease.ResultBanned, Target: "x"})
 	if err != nil || c.Strikes != 2 {
 		t.Fatalf("report within the memory: %+v, %v; want 2 strikes", c, err)
 	}
-	fx.clock.Advance(4 * lease.DefaultRateLimitedCooldown)
+	fx.clock.Advance(4 * lease.DefaultBannedCooldown)
 	fx.h.Reap(t)
-	c, err = fx.h.Store.Report(ctx, l.ID, lease.Report{Result: lease.ResultRateLimited, Target: "x"})
+	c, err = fx.h.Store.Report(ctx, l.ID, lease.Report{Result: lease.ResultBanned, Target: "x"})
 	if err != nil || c.Strikes != 1 {
 		t.Fatalf("report after the memory: %+v, %v; want 1 strike", c, err)
 	}

@@ -175,6 +175,10 @@ func (fp *forwardProxy) closeTunnels() {
 	clear(fp.tunnels)
 }
 
+// HeaderError marks an answer the mock proxy made itself (a relay it refused or that failed),
+// as Squid's X-Squid-Error does: a gateway must not take it for the site's.
+const HeaderError = "X-Mock-Proxy-Error"
+
 func relayStatus(err error) int {
 	if errors.Is(err, ErrRelayDenied) {
 		return http.StatusForbidden
@@ -201,6 +205,7 @@ func (fp *forwardProxy) forward(w http.ResponseWriter, r *http.Request) {
 	out.Header.Del("Proxy-Authorization")
 	resp, err := fp.transport.RoundTrip(out)
 	if err != nil {
+		w.Header().Set(HeaderError, "relay")
 		http.Error(w, "mock proxy: "+err.Error(), relayStatus(err))
 		return
 	}
@@ -217,6 +222,7 @@ func (fp *forwardProxy) forward(w http.ResponseWriter, r *http.Request) {
 func (fp *forwardProxy) tunnel(w http.ResponseWriter, r *http.Request) {
 	upstream, err := fp.dialer.DialContext(r.Context(), "tcp", r.Host)
 	if err != nil {
+		w.Header().Set(HeaderError, "relay")
 		http.Error(w, "mock proxy: "+err.Error(), relayStatus(err))
 		return
 	}

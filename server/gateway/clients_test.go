@@ -199,7 +199,9 @@ func TestScrapyThroughTheGateway(t *testing.T) {
 }
 
 func TestRealSquidUpstreamWithBasicAuth(t *testing.T) {
-	e := newEnv(t, 0, nil)
+	// A queue wait shorter than Squid's 30 s cooldown: the request after the 429 is refused
+	// rather than waiting it out.
+	e := newEnv(t, 0, func(g *gateway.Gateway) { g.QueueWait = 5 * time.Second })
 	tlsSrv, pool := tlsSite(t)
 	_, tlsPort, _ := net.SplitHostPort(strings.TrimPrefix(tlsSrv.URL, "https://"))
 	hash, err := bcrypt.GenerateFromPassword([]byte("squid-secret"), bcrypt.MinCost)

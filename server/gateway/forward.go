@@ -7,10 +7,12 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/proxy-operator/proxy-operator/lease"
 	"github.com/proxy-operator/proxy-operator/server/httpx"
 )
 
@@ -80,6 +82,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, p pick) error 
 
 	var (
 		held    []*hold
+		suspect *suspect403
 		resp    *http.Response
 		final   *hold
 		lastErr error
@@ -91,10 +94,10 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, p pick) error 
 		}
 	}()
 	for tries < g.MaxTries && (tries == 0 || retryable) {
-		h, err := g.take(ctx, p, target, held)
+		h, tk, err := g.take(ctx, p, target, held, true)
 		if err != nil {
 			if tries == 0 {
-				return leaseError(err)
+				return g.leaseError(err)
 			}
 			break // answer with what the last try got
 		}
@@ -108,6 +111,13 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, p pick) error 
 		if err != nil {
 			lastErr = err
 			g.Log.Debug("gateway upstream failed", "proxy", h.l.Proxy.Key, "target", target, "err", err)
+			if hung(err) && ctx.Err() == nil {
+				// A hung site hangs on every upstream: once is enough (issue 30 part 6).
+				g.m.tries.WithLabelValues(kindRequest).Observe(float64(tries))
+				w.Header().Set(HeaderTries, strconv.Itoa(tries))
+				return &httpx.Error{Code: http.StatusGatewayTimeout, Err: err,
+					Message: target + " sent no answer within the gateway's response header timeout; not retried on another upstream"}
+			}
 			continue
 		}
 		g.m.upstream.WithLabelValues(kindRequest).Observe(g.Now().Sub(start).Seconds())
@@ -122,6 +132,11 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, p pick) error 
 			resp.Body.Close()
 		}
 		resp, final = got, h
+		if upstreamError(resp.Header) {
+			// The upstream's own refusal or failure page: not the site's word, never a ban.
+			g.Log.Info("gateway upstream answered for itself", "proxy", h.l.Proxy.Key, "target", target, "status", resp.StatusCode)
+			break
+		}
 		rule, err := g.detect(target, resp)
 		if err != nil {
 			lastErr = err
@@ -130,9 +145,45 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, p pick) error 
 			continue
 		}
 		if rule == nil {
+			if resp.StatusCode < 400 {
+				g.pace.ok(tk)
+				if suspect != nil {
+					// Another upstream was let in: the first one's 403 was a ban of it.
+					g.report(ctx, suspect.h, target, suspect.rule, suspect.hdr)
+					suspect = nil
+				}
+			}
 			break
 		}
+		if rule.generic() {
+			if suspect != nil {
+				// A second upstream agrees: the site refuses the request, not an address.
+				g.Log.Info("gateway 403 from two upstreams: the site refuses the request, no ban", "target", target,
+					"proxies", []string{suspect.h.l.Proxy.Key, h.l.Proxy.Key})
+				suspect = nil
+				break
+			}
+			// A bare 403 bans nobody yet: another upstream is asked first (kept held, so the
+			// report can still be made through its lease).
+			suspect = &suspect403{h: h, rule: rule, hdr: resp.Header.Clone()}
+			continue
+		}
+		if rule.Result == lease.ResultRateLimited {
+			// A retry waits for the next upstream whose pace allows it (take), never at once.
+			g.pace.limited(tk, retryAfter(resp.Header, g.Now(), g.MaxRetryAfter))
+		}
 		g.report(ctx, h, target, rule, resp.Header)
+		if retryable && tries < g.MaxTries {
+			// The upstream is done with: it waits for its pace or cooldown, and holding it
+			// through the retry would keep it from the site's other requests for nothing.
+			// Its answer is kept for the client in case the retry finds no upstream.
+			held = held[:len(held)-1]
+			g.done(h)
+		}
+	}
+	if suspect != nil {
+		// No second opinion came (no retry, or no other upstream): the 403 counts as a ban.
+		g.report(ctx, suspect.h, target, suspect.rule, suspect.hdr)
 	}
 	g.m.tries.WithLabelValues(kindRequest).Observe(float64(tries))
 	if resp == nil {
@@ -143,12 +194,16 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, p pick) error 
 	}
 	defer resp.Body.Close()
 	// Earlier tries free their upstreams now rather than when the body is through.
+	keep := slices.Contains(held, final) // else already done: a rule matched its answer
 	for _, h := range held {
 		if h != final {
 			g.done(h)
 		}
 	}
-	held = []*hold{final}
+	held = nil
+	if keep {
+		held = []*hold{final}
+	}
 
 	hdr := w.Header()
 	for k, vs := range resp.Header {
@@ -166,6 +221,15 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, p pick) error 
 		g.Log.Debug("gateway body relay ended early", "proxy", final.l.Proxy.Key, "target", target, "err", err)
 	}
 	return nil
+}
+
+// suspect403 is an upstream a generic 403 named, waiting for a second upstream's answer: a
+// success elsewhere makes it a ban, a second 403 makes it the site's refusal of the request
+// (issue 30 part 6: refused targets must not ban the fleet).
+type suspect403 struct {
+	h    *hold
+	rule *Rule
+	hdr  http.Header
 }
 
 // requestBody returns a function giving each try its body. A body that is at most

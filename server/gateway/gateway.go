@@ -98,10 +98,15 @@ type Gateway struct {
 	MaxHeaderBytes        int
 	// MaxRetryAfter caps a target's Retry-After when it becomes a cooldown.
 	MaxRetryAfter time.Duration
+	// QueueWait bounds how long a request waits for its site's pace (pace.go); MaxQueue
+	// bounds the requests waiting for one site.
+	QueueWait time.Duration
+	MaxQueue  int
 
 	once      sync.Once
 	transport *http.Transport
 	m         *metrics
+	pace      *pacer
 
 	mu       sync.Mutex
 	inflight map[string]int   // requests and tunnels per token name
@@ -132,6 +137,11 @@ func (g *Gateway) init() {
 	def(&g.IdleTimeout, DefaultIdleTimeout)
 	def(&g.ReadHeaderTimeout, DefaultReadHeaderTimeout)
 	def(&g.MaxRetryAfter, DefaultMaxRetryAfter)
+	def(&g.QueueWait, DefaultQueueWait)
+	if g.MaxQueue <= 0 {
+		g.MaxQueue = DefaultMaxQueue
+	}
+	g.pace = newPacer(g.Now, g.Rules.pace, g.MaxQueue)
 	if g.LeaseTTL < 2*time.Second {
 		g.LeaseTTL = 2 * time.Second
 	}
@@ -207,6 +217,13 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	err := g.serve(w, r, kind)
 	if err == nil {
+		return
+	}
+	var rf *refusal
+	if errors.As(err, &rf) {
+		g.Log.Debug("gateway request refused", "kind", kind, "code", rf.code, "reason", rf.reason, "err", err)
+		g.m.outcome(kind, outcomeOf(rf.code))
+		rf.write(w)
 		return
 	}
 	var e *httpx.Error
@@ -408,26 +425,6 @@ func (g *Gateway) acquire(ctx context.Context, req lease.Request, own int) (leas
 		}
 		t.Stop()
 	}
-}
-
-// leaseError maps the store's refusals to the client's answer.
-func leaseError(err error) error {
-	var nm *lease.NoMatchError
-	switch {
-	case errors.As(err, &nm):
-		retry := 1
-		if nm.LeasedForTarget == 0 && nm.AtCapacity == 0 {
-			retry = 10 // cooling or unhealthy: nothing frees within a second
-		}
-		return &httpx.Error{Code: http.StatusServiceUnavailable, RetryAfter: retry, Err: err,
-			Message: "no upstream proxy available: " + nm.Reason()}
-	case errors.Is(err, lease.ErrUnavailable):
-		return &httpx.Error{Code: http.StatusServiceUnavailable, RetryAfter: 1, Err: err,
-			Message: "lease store unavailable; retry after the Retry-After seconds"}
-	case errors.Is(err, context.Canceled):
-		return &httpx.Error{Code: http.StatusServiceUnavailable, RetryAfter: 1, Err: err, Message: "request ended before an upstream was leased"}
-	}
-	return err
 }
 
 func outcomeOf(code int) string {

@@ -200,10 +200,10 @@ func TestRateLimitRetriesOnAnotherUpstreamAndCoolsOnlyIt(t *testing.T) {
 
 func TestRetriesAreBoundedAndNeverReuseAnUpstream(t *testing.T) {
 	e := newEnv(t, 4, func(g *gateway.Gateway) { g.MaxTries = 3 })
-	s := newSite(t, func(w http.ResponseWriter, r *http.Request, from string) { w.WriteHeader(http.StatusForbidden) })
+	s := newSite(t, func(w http.ResponseWriter, r *http.Request, from string) { w.WriteHeader(http.StatusTooManyRequests) })
 	resp, _ := get(t, e.client("", token), s.url("/"))
-	if resp.StatusCode != http.StatusForbidden || resp.Header.Get(gateway.HeaderTries) != "3" {
-		t.Fatalf("got %d after %s tries, want the last 403 after 3", resp.StatusCode, resp.Header.Get(gateway.HeaderTries))
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get(gateway.HeaderTries) != "3" {
+		t.Fatalf("got %d after %s tries, want the last 429 after 3", resp.StatusCode, resp.Header.Get(gateway.HeaderTries))
 	}
 	seen := map[string]bool{}
 	for _, ip := range s.froms() {
@@ -314,8 +314,8 @@ func TestStickySessionMovesOnlyAfterBan(t *testing.T) {
 	}
 	// Another token's session of the same name is its own.
 	other, _ := get(t, e.client("session-s1", teamToken), s.url("/"))
-	if other.StatusCode != http.StatusServiceUnavailable {
-		t.Errorf("team token (namespace team, no proxies there): %d, want 503", other.StatusCode)
+	if other.StatusCode != http.StatusNotFound || other.Header.Get(gateway.HeaderError) != gateway.ReasonNoMatch {
+		t.Errorf("team token (namespace team, no proxies there): %d %q, want 404 no_match", other.StatusCode, other.Header.Get(gateway.HeaderError))
 	}
 }
 
@@ -372,13 +372,14 @@ func TestNothingFitsIs503WithRetryAfter(t *testing.T) {
 		t.Errorf("got %d Retry-After %q %q, want 503 with Retry-After saying 2 unhealthy", resp.StatusCode, resp.Header.Get("Retry-After"), body)
 	}
 	resp, body = get(t, e.client("pool-api", token), s.url("/"))
-	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(body, "no proxy matches the selector") {
-		t.Errorf("unmatched selector: %d %q, want 503 saying no proxy matches", resp.StatusCode, body)
+	if resp.StatusCode != http.StatusNotFound || resp.Header.Get(gateway.HeaderError) != gateway.ReasonNoMatch ||
+		!strings.Contains(body, "no Proxy matches the selector") {
+		t.Errorf("unmatched selector: %d %q, want 404 no_match saying no Proxy matches", resp.StatusCode, body)
 	}
 }
 
 func TestOneUpstreamPerSiteWaitsThenAnswers503(t *testing.T) {
-	e := newEnv(t, 1, func(g *gateway.Gateway) { g.AcquireWait = 200 * time.Millisecond })
+	e := newEnv(t, 1, func(g *gateway.Gateway) { g.AcquireWait, g.QueueWait = 200*time.Millisecond, 200*time.Millisecond })
 	release := make(chan struct{})
 	arrived := make(chan struct{}, 2)
 	s := newSite(t, func(w http.ResponseWriter, r *http.Request, from string) {

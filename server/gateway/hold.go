@@ -41,18 +41,27 @@ type slot struct {
 	users int // guarded by Gateway.mu
 }
 
-// take returns a hold for one try of p on target: the session's shared lease when it is live
-// and not in own (the request's earlier tries), else a new lease.
-func (g *Gateway) take(ctx context.Context, p pick, target string, own []*hold) (*hold, error) {
+// take returns a hold for one try of p on target, and the try's booking in the site's pace:
+// the session's shared lease when it is live and not in own (the request's earlier tries),
+// else a new lease of an upstream whose pace for the site allows a send. It returns when that
+// send may go.
+//
+// Tunnels are not paced (paced false): the gateway sees none of the answers inside them, so
+// it could never learn their pace; each tunnel still takes its own upstream for the site.
+func (g *Gateway) take(ctx context.Context, p pick, target string, own []*hold, paced bool) (*hold, paceTicket, error) {
 	req := g.request(p, target)
+	deadline := g.Now().Add(g.QueueWait)
+	if req.SessionKey == "" && paced {
+		return g.takePaced(ctx, req, target, len(own), deadline)
+	}
 	if req.SessionKey == "" {
 		req.Avoid = g.recentFor(target)
 		l, err := g.acquire(ctx, req, len(own))
 		if err != nil {
-			return nil, err
+			return nil, paceTicket{}, err
 		}
 		g.noteUse(target, l.Proxy.Key, req.Avoid)
-		return g.newHold(l, nil), nil
+		return g.newHold(l, nil), paceTicket{}, nil
 	}
 	key := req.SessionKey + "|" + target
 	g.mu.Lock()
@@ -65,19 +74,126 @@ func (g *Gateway) take(ctx context.Context, p pick, target string, own []*hold) 
 	g.mu.Unlock()
 
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if h := s.h; h != nil && !h.bad && !slices.Contains(own, h) {
+	h := s.h
+	if h != nil && !h.bad && !slices.Contains(own, h) {
 		h.refs++
-		return h, nil
+	} else {
+		l, err := g.acquire(ctx, req, len(own))
+		if err != nil {
+			s.mu.Unlock()
+			g.leaveSlot(s)
+			return nil, paceTicket{}, err
+		}
+		h = g.newHold(l, s)
+		s.h = h // an older hold keeps its users and ends with them
 	}
-	l, err := g.acquire(ctx, req, len(own))
+	s.mu.Unlock()
+	if !paced {
+		return h, paceTicket{}, nil
+	}
+	// A session keeps its upstream and waits for that upstream's pace.
+	t, err := g.waitPace(ctx, target, h.l.Proxy.Key, deadline)
 	if err != nil {
-		g.leaveSlot(s)
-		return nil, err
+		g.done(h)
+		return nil, paceTicket{}, err
 	}
-	h := g.newHold(l, s)
-	s.h = h // an older hold keeps its users and ends with them
-	return h, nil
+	return h, t, nil
+}
+
+// takePaced waits in target's queue for its turn, then leases an upstream whose pace allows a
+// send now: the store chooses (least loaded, the rotation's recent upstreams avoided) among the
+// upstreams the pacer does not rule out, so neither choice is made twice.
+//
+// The first try of a request also waits for a cooldown that ends before its deadline (a
+// site's short Retry-After); a retry (own > 0) does not: the client then gets the site's own
+// answer and Retry-After rather than a wait it was not told of.
+func (g *Gateway) takePaced(ctx context.Context, req lease.Request, target string, own int, deadline time.Time) (*hold, paceTicket, error) {
+	site, leave, err := g.pace.enter(ctx, target, deadline)
+	if err != nil {
+		return nil, paceTicket{}, g.paceError(err, site)
+	}
+	if leave != nil {
+		defer leave()
+	}
+	recent := g.recentFor(target)
+	for {
+		now := g.Now()
+		notReady, earliest := g.pace.notReady(site, now)
+		req.Avoid = append(notReady, recent...)
+		g.mu.Lock()
+		freed := g.freed
+		g.mu.Unlock()
+		l, err := g.acquire(ctx, req, own)
+		var nm *lease.NoMatchError
+		switch {
+		case err == nil:
+			if ready := g.pace.ready(site, l.Proxy.Key); !ready.After(now) {
+				g.noteUse(target, l.Proxy.Key, req.Avoid)
+				h := g.newHold(l, nil)
+				return h, g.pace.reserve(site, l.Proxy.Key), nil
+			}
+			// Every upstream that fits is waiting for its pace: free this one and wake when
+			// the first of them may send.
+			g.releaseLease(l, false)
+		case errors.As(err, &nm) && (nm.LeasedForTarget > own || nm.AtCapacity > 0):
+			// Upstreams in use by other requests: the freed signal or a short poll (releases by
+			// other replicas are not signalled) wakes this one.
+			if poll := now.Add(100 * time.Millisecond); earliest.IsZero() || poll.Before(earliest) {
+				earliest = poll
+			}
+		case errors.As(err, &nm) && own == 0 && !nm.FreeAt.IsZero() && nm.FreeAt.Before(deadline):
+			// Cooling after a Retry-After: a wait, not a refusal.
+			if earliest.IsZero() || nm.FreeAt.Before(earliest) {
+				earliest = nm.FreeAt
+			}
+		default:
+			return nil, paceTicket{}, err
+		}
+		if earliest.IsZero() || earliest.After(deadline) {
+			earliest = deadline
+		}
+		if !g.Now().Before(deadline) {
+			if err != nil {
+				return nil, paceTicket{}, err // the store's reason, not the pace's
+			}
+			return nil, paceTicket{}, g.paceError(errPaceWait, site)
+		}
+		t := time.NewTimer(max(earliest.Sub(g.Now()), time.Millisecond))
+		select {
+		case <-t.C:
+		case <-freed:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, paceTicket{}, ctx.Err()
+		}
+		t.Stop()
+	}
+}
+
+// waitPace books the next send through key to target and waits until it may go.
+func (g *Gateway) waitPace(ctx context.Context, target, key string, deadline time.Time) (paceTicket, error) {
+	site, leave, err := g.pace.enter(ctx, target, deadline)
+	if err != nil {
+		return paceTicket{}, g.paceError(err, site)
+	}
+	if leave == nil {
+		return g.pace.reserve(site, key), nil
+	}
+	t := g.pace.reserve(site, key)
+	leave()
+	if t.at.After(deadline) {
+		return paceTicket{}, g.paceError(errPaceWait, site)
+	}
+	if d := t.at.Sub(g.Now()); d > 0 {
+		tm := time.NewTimer(d)
+		defer tm.Stop()
+		select {
+		case <-tm.C:
+		case <-ctx.Done():
+			return paceTicket{}, ctx.Err()
+		}
+	}
+	return t, nil
 }
 
 func (g *Gateway) newHold(l lease.Lease, s *slot) *hold {
@@ -136,11 +252,21 @@ func (g *Gateway) done(h *hold) {
 	h.gone = true
 	h.renew.Stop()
 	h.renewMu.Unlock()
+	g.releaseLease(h.l, true)
+}
+
+// releaseLease gives l back to the store and, with wake, wakes the requests waiting for an
+// upstream. A lease given back because its pace did not allow a send wakes nobody: two sites'
+// waiters would otherwise wake each other without end.
+func (g *Gateway) releaseLease(l lease.Lease, wake bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := g.Leases.Release(ctx, h.l.ID); err != nil {
+	if err := g.Leases.Release(ctx, l.ID); err != nil {
 		// The lease runs out by its TTL: a short one for exactly this case.
-		g.Log.Warn("gateway lease release failed", "proxy", h.l.Proxy.Key, "err", err)
+		g.Log.Warn("gateway lease release failed", "proxy", l.Proxy.Key, "err", err)
+	}
+	if !wake {
+		return
 	}
 	g.mu.Lock()
 	close(g.freed)
@@ -171,7 +297,11 @@ func (g *Gateway) report(ctx context.Context, h *hold, target string, r *Rule, h
 		g.Log.Warn("gateway ban report not recorded", "proxy", h.l.Proxy.Key, "target", target, "rule", r.Name, "err", err)
 		return
 	}
-	g.Log.Info("gateway ban detected", "proxy", h.l.Proxy.Key, "target", target, "rule", r.Name, "result", r.Result,
+	msg := "gateway ban detected"
+	if r.Result == lease.ResultRateLimited {
+		msg = "gateway rate limiting detected" // slow down, not a ban (decision 0261)
+	}
+	g.Log.Info(msg, "proxy", h.l.Proxy.Key, "target", target, "rule", r.Name, "result", r.Result,
 		"cooldown_until", c.Until, "strikes", c.Strikes)
 }
 

@@ -3,6 +3,7 @@ package gateway
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path"
@@ -55,6 +56,26 @@ type Rules struct {
 	// NoDefaults drops the default rules appended after the file's (429 rate_limited,
 	// 403 banned).
 	NoDefaults bool `json:"noDefaults,omitempty"`
+	// Paces fix the pace of some sites (decision 0260): the first whose hosts match applies.
+	Paces []PaceRule `json:"paces,omitempty"`
+}
+
+// PaceRule bounds the pace of the sites it matches: requests per second through each upstream
+// IP. The gateway starts there and never goes faster; a 429 still slows it down.
+type PaceRule struct {
+	// Hosts are path.Match globs on the target host, as in Rule; empty: every host.
+	Hosts             []string `json:"hosts,omitempty"`
+	RequestsPerSecond float64  `json:"requestsPerSecond"`
+}
+
+// pace is the rate a pace rule fixes for target, if one matches.
+func (rs *Rules) pace(target string) (float64, bool) {
+	for _, p := range rs.Paces {
+		if (&Rule{Hosts: p.Hosts}).hostMatches(target) {
+			return p.RequestsPerSecond, true
+		}
+	}
+	return 0, false
 }
 
 // DefaultRules are what applies without a file, and after a file's rules.
@@ -92,7 +113,7 @@ func ParseRules(b []byte) (*Rules, error) {
 			return nil, fmt.Errorf("%w: %w", ErrRules, err)
 		}
 	}
-	if len(rs.Rules) > maxRules {
+	if len(rs.Rules)+len(rs.Paces) > maxRules {
 		return nil, fmt.Errorf("%w: %d rules, at most %d", ErrRules, len(rs.Rules), maxRules)
 	}
 	switch {
@@ -103,6 +124,16 @@ func ParseRules(b []byte) (*Rules, error) {
 	}
 	if !rs.NoDefaults {
 		rs.Rules = append(rs.Rules, DefaultRules()...)
+	}
+	for i, p := range rs.Paces {
+		if !(p.RequestsPerSecond > 0 && p.RequestsPerSecond <= MaxPaceRate) {
+			return nil, fmt.Errorf("%w: pace %d: requestsPerSecond %g: want more than 0, at most %g", ErrRules, i+1, p.RequestsPerSecond, MaxPaceRate)
+		}
+		for _, h := range p.Hosts {
+			if _, err := path.Match(h, "x"); err != nil || h == "" {
+				return nil, fmt.Errorf("%w: pace %d: host glob %q is malformed", ErrRules, i+1, h)
+			}
+		}
 	}
 	for i := range rs.Rules {
 		if err := rs.Rules[i].compile(); err != nil {
@@ -145,6 +176,12 @@ func (r *Rule) compile() error {
 		}
 	}
 	return nil
+}
+
+// generic reports whether r bans on the status alone (the default 403 rule): such an answer
+// may be the site refusing the request for everyone, so a second upstream is asked first.
+func (r *Rule) generic() bool {
+	return r.Result == lease.ResultBanned && r.Header == "" && r.body == nil
 }
 
 // needsBody reports whether any rule that could match (host, status) reads the body.
@@ -217,6 +254,32 @@ func (r *Rule) statusMatches(s int) bool {
 		}
 	}
 	return false
+}
+
+// upstreamErrorHeaders mark an answer an upstream proxy made itself (Squid's error pages, the
+// mock proxy's refusals): it says nothing of the site, so no rule applies to it and it is
+// never reported as a ban (issue 30 part 6).
+var upstreamErrorHeaders = []string{"X-Squid-Error", "X-Mock-Proxy-Error"}
+
+// upstreamError reports whether the answer is the upstream proxy's own.
+func upstreamError(h http.Header) bool {
+	for _, k := range upstreamErrorHeaders {
+		if h.Get(k) != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// hung reports whether a try failed because the site sent no answer head in time (not because
+// the upstream could not be dialled): every other upstream would wait as long.
+func hung(err error) bool {
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		return false
+	}
+	var op *net.OpError
+	return !errors.As(err, &op) || op.Op != "dial"
 }
 
 // retryAfter reads a Retry-After header (seconds or an HTTP date), bounded by limit; zero

@@ -47,10 +47,10 @@ func (g *Gateway) tunnel(w http.ResponseWriter, r *http.Request, p pick) error {
 		}
 	}()
 	for tries < g.MaxTries {
-		h, err := g.take(ctx, p, target, held)
+		h, _, err := g.take(ctx, p, target, held, false)
 		if err != nil {
 			if tries == 0 {
-				return leaseError(err)
+				return g.leaseError(err)
 			}
 			break
 		}

@@ -5,7 +5,14 @@ sweep()
 local p = live(ARGV[3])
 if not p then return {'notfound'} end
 local result, target = ARGV[4], ARGV[5]
-if result == 'ok' then return {'ok', p} end
+if result == 'ok' then
+  -- A success through the proxy forgives one strike of a remembered pair (decision 0261).
+  local cu, cs, cf = cooldown(p, target)
+  if cu ~= nil and now < cf and cs > 0 then
+    redis.call('HSET', P .. 'cool', p .. '|' .. target, fmt(cu) .. ':' .. fmt(cs - 1) .. ':' .. fmt(cf))
+  end
+  return {'ok', p}
+end
 local ra, base, maxcd = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[9])
 if result == 'banned' then base = tonumber(ARGV[8]) end
 local perProxy, total, perNS = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12])
@@ -58,12 +65,15 @@ if fresh then
   -- Insertion order within the namespace: its oldest is the first a ban evicts.
   redis.call('ZADD', nsk, redis.call('INCR', P .. 'cseq'), ck)
 end
-strikes = strikes + 1
 local d
-if result == 'rate_limited' and ra > 0 then
-  -- The target said when the proxy may come back: exactly that, never doubled.
-  d = math.min(ra, maxcd)
+if result == 'rate_limited' then
+  -- Slow down, not go away (decision 0261): the target's Retry-After, else the short
+  -- default, never doubled and no strike.
+  d = base
+  if ra > 0 then d = ra end
+  d = math.min(d, maxcd)
 else
+  strikes = strikes + 1
   d = base
   local i = 1
   while i < strikes and d < maxcd do
