@@ -142,7 +142,7 @@ fuzz:
 ATTACK_SECONDS ?= 60
 ## attack: the hostile-input suite against the operator binary, ATTACK_SECONDS per flood; peak RSS and p99
 attack:
-	ATTACK_SECONDS=$(ATTACK_SECONDS) $(GO) test -run '^(TestHostileInput|TestDiscoveryRefusesToStartWithoutToken)$$' -count=1 -v -timeout 30m ./test/reliability/
+	ATTACK_SECONDS=$(ATTACK_SECONDS) $(GO) test -run '^(TestHostileInput|TestDiscoveryRefusesToStartWithoutToken|TestGatewayReachesNothingInside)$$' -count=1 -v -timeout 30m ./test/reliability/
 	$(GO) test -run '^TestForgedHooksChangeNothing$$' -count=1 -v -timeout 10m ./server/
 
 LOAD_SECONDS ?= 60

@@ -160,6 +160,13 @@ type EgressConfig struct {
 	AllowLoopback bool
 	// ExternalCIDRs, when not empty, are the only places External endpoints may be.
 	ExternalCIDRs []netip.Prefix
+	// TargetAllow are ranges the gateway lets crawlers' targets be in although the target
+	// policy refuses them (tests, `make run`, the crawl benchmark: sites on loopback); the
+	// operator's listeners and the lease store stay refused.
+	TargetAllow []netip.Prefix
+	// TargetDenySuffixes are the DNS suffixes the gateway refuses as cluster-internal
+	// targets (nil: netpolicy.DefaultClusterSuffixes).
+	TargetDenySuffixes []string
 }
 
 // DiscoveryAPIConfig is the crawlers' API listener and its tokens, the same for the operator

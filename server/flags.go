@@ -87,6 +87,27 @@ func (c *CaptureConfig) bindFlags(fs *flag.FlagSet) {
 func (e *EgressConfig) bindFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&e.AllowLoopback, "allow-loopback-proxies", e.AllowLoopback, "let any proxy, External ones included, be on loopback (the mock provider's instances always may)")
 	fs.Var((*cidrsValue)(&e.ExternalCIDRs), "external-cidrs", "comma-separated CIDRs External endpoints must be in (empty: any address the egress policy allows)")
+	fs.Var((*cidrsValue)(&e.TargetAllow), "gateway-allow-target-cidrs", "comma-separated CIDRs the gateway lets targets be in although its egress policy refuses them (tests, a laptop: 127.0.0.0/8); the operator's listeners and the lease store stay refused")
+	fs.Var((*suffixesValue)(&e.TargetDenySuffixes), "gateway-deny-target-suffixes", "comma-separated DNS suffixes the gateway refuses as cluster-internal targets (default "+strings.Join(netpolicy.DefaultClusterSuffixes, ",")+")")
+}
+
+// suffixesValue is a comma-separated list of DNS suffixes.
+type suffixesValue []string
+
+func (s *suffixesValue) String() string {
+	if s == nil {
+		return ""
+	}
+	return strings.Join(*s, ",")
+}
+
+func (s *suffixesValue) Set(v string) error {
+	out, err := netpolicy.ParseSuffixes(v)
+	if err != nil {
+		return err
+	}
+	*s = append([]string{}, out...)
+	return nil
 }
 
 func (d *DiscoveryAPIConfig) bindFlags(fs *flag.FlagSet) {

@@ -114,8 +114,12 @@ func NewGateway(cfg GatewayConfig) (_ *Gateway, err error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	g.backend.register(reg)
+	egress, err := gatewayEgress(cfg.Egress, nil, []string{cfg.Gateway.Addr, cfg.MetricsAddr}, cfg.Lease.Store)
+	if err != nil {
+		return nil, err
+	}
 	gw := &gateway.Gateway{Leases: g.backend.store, Fleet: g.backend.reader, Tokens: tokens, Insecure: cfg.Insecure,
-		Log: log.With("component", "gateway"), Registerer: reg}
+		Log: log.With("component", "gateway"), Registerer: reg, Egress: egress}
 	if err := cfg.Gateway.Apply(gw); err != nil {
 		return nil, err
 	}

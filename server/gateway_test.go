@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -77,7 +78,8 @@ func TestGatewayProcessesOverOneRedis(t *testing.T) {
 	for range 2 {
 		g, err := NewGateway(GatewayConfig{Gateway: gateway.Config{Addr: "127.0.0.1:0"}, MetricsAddr: "127.0.0.1:0",
 			Token: "gateway-process-token", Lease: LeaseConfig{Store: "redis://" + srv.Addr},
-			Egress: EgressConfig{AllowLoopback: true}}) // the proxies live on 127.0.0.6x
+			// the proxies live on 127.0.0.6x, the site on loopback too
+			Egress: EgressConfig{AllowLoopback: true, TargetAllow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}})
 		if err != nil {
 			t.Fatal(err)
 		}

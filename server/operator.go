@@ -67,6 +67,7 @@ type Operator struct {
 	echoLn           net.Listener
 	geo              *geoip.Resolver
 	gwSrv            *http.Server // nil without -gateway-addr
+	own              []string     // every address the listeners answer on (listen)
 	gwLn             net.Listener
 	demoSrv          *http.Server // the demo site; nil without -demo-proxies and -demo-site-addr
 	demoLn           net.Listener
@@ -242,14 +243,20 @@ func (o *Operator) listen() (own []string, err error) {
 // buildEgress builds the policy every outbound connection (probes, leases, hooks) is checked
 // against; mock providers may use loopback.
 func (o *Operator) buildEgress(own []string) (*netpolicy.Policy, error) {
-	var loopbackProviders []string
+	o.own = own
+	return netpolicy.New(netpolicy.Config{AllowLoopback: o.cfg.Egress.AllowLoopback, LoopbackProviders: o.mockProviders(),
+		ExternalCIDRs: o.cfg.Egress.ExternalCIDRs, OwnListeners: own})
+}
+
+// mockProviders are the names of the mock providers, whose instances may be on loopback.
+func (o *Operator) mockProviders() []string {
+	var names []string
 	for _, e := range o.providers.Entries() {
 		if e.Type == "mock" {
-			loopbackProviders = append(loopbackProviders, e.Name)
+			names = append(names, e.Name)
 		}
 	}
-	return netpolicy.New(netpolicy.Config{AllowLoopback: o.cfg.Egress.AllowLoopback, LoopbackProviders: loopbackProviders,
-		ExternalCIDRs: o.cfg.Egress.ExternalCIDRs, OwnListeners: own})
+	return names
 }
 
 // buildHealth builds the fleet view, the prober, the GeoIP resolver, the echo listener (with
@@ -423,8 +430,12 @@ func (o *Operator) buildServers(h *hooks.Hooks, disc *discovery.Discovery, token
 	o.hookSrv = h.Server()
 	o.discSrv = disc.Server("")
 	if o.gwLn != nil {
+		egress, err := gatewayEgress(o.cfg.Egress, o.mockProviders(), o.own, o.cfg.Lease.Store)
+		if err != nil {
+			return err
+		}
 		gw := &gateway.Gateway{Leases: o.store, Fleet: disc.Fleet, Tokens: tokens, Insecure: o.cfg.Discovery.Insecure,
-			Log: o.log.With("component", "gateway"), Registerer: reg}
+			Log: o.log.With("component", "gateway"), Registerer: reg, Egress: egress}
 		if err := o.cfg.Gateway.Apply(gw); err != nil {
 			return err
 		}

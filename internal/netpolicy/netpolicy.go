@@ -11,6 +11,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/api/v1alpha1"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -45,6 +46,17 @@ type Config struct {
 	// OwnListeners are the operator's listen addresses ("host:port", host empty or
 	// unspecified for every interface): a proxy there would make the operator probe itself.
 	OwnListeners []string
+	// Protected are other addresses ("host:port") no proxy may be on and no crawler's
+	// target may name, whatever TargetAllow says: the lease store's. A name is refused as a
+	// target by name (the gateway does not resolve); an address as OwnListeners are.
+	Protected []string
+	// TargetAllow are ranges a crawler's target may be in although CheckTarget denies them
+	// (tests, `make run` and the crawl benchmark, whose sites are on loopback). Metadata,
+	// link-local, own listeners and Protected stay denied.
+	TargetAllow []netip.Prefix
+	// ClusterSuffixes are the DNS suffixes CheckTarget refuses as cluster-internal; nil:
+	// DefaultClusterSuffixes.
+	ClusterSuffixes []string
 }
 
 // Policy answers egress questions. It is immutable and safe for concurrent use.
@@ -55,6 +67,9 @@ type Policy struct {
 	ownPorts      map[uint16]bool         // ports the operator listens on every interface
 	own           map[netip.AddrPort]bool // exact listener addresses
 	localAddrs    []netip.Addr            // this host's addresses when New ran, for ownPorts
+	protNames     map[string]bool         // Protected names, "name:port" lower case
+	targetAllow   []netip.Prefix
+	suffixes      []string // lower case, without leading or trailing dots
 	resolver      func(ctx context.Context, host string) ([]netip.Addr, error)
 }
 
@@ -89,6 +104,10 @@ func New(cfg Config) (*Policy, error) {
 		ownPorts:      map[uint16]bool{},
 		own:           map[netip.AddrPort]bool{},
 		localAddrs:    interfaceAddrs(),
+		protNames:     map[string]bool{},
+	}
+	if err := p.target(cfg); err != nil {
+		return nil, err
 	}
 	for _, n := range cfg.LoopbackProviders {
 		p.loopbackProv[n] = true
@@ -99,14 +118,14 @@ func New(cfg Config) (*Policy, error) {
 		}
 		p.external = append(p.external, pr.Masked())
 	}
-	for _, l := range cfg.OwnListeners {
+	for _, l := range append(slices.Clone(cfg.OwnListeners), cfg.Protected...) {
 		host, port, err := net.SplitHostPort(l)
 		if err != nil {
-			return nil, fmt.Errorf("netpolicy: own listener %q: %w", l, err)
+			return nil, fmt.Errorf("netpolicy: own or protected address %q: %w", l, err)
 		}
 		n, err := strconv.ParseUint(port, 10, 16)
 		if err != nil {
-			return nil, fmt.Errorf("netpolicy: own listener %q: port: %w", l, err)
+			return nil, fmt.Errorf("netpolicy: own or protected address %q: port: %w", l, err)
 		}
 		a, err := netip.ParseAddr(host)
 		switch {
@@ -115,6 +134,7 @@ func New(cfg Config) (*Policy, error) {
 		case err == nil:
 			p.own[netip.AddrPortFrom(a.Unmap(), uint16(n))] = true
 		default:
+			p.protNames[strings.ToLower(strings.TrimSuffix(host, "."))+":"+port] = true
 			// A name ("localhost:8080"): listening on it means its loopback addresses.
 			p.own[netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(n))] = true
 			p.own[netip.AddrPortFrom(netip.IPv6Loopback(), uint16(n))] = true
@@ -181,7 +201,11 @@ func (p *Policy) CheckHost(host string, port uint16, d Dest) error {
 	if metadataNames[strings.ToLower(strings.TrimSuffix(host, "."))] {
 		return &DeniedError{Host: host, Reason: "a cloud metadata service name"}
 	}
-	if a, err := netip.ParseAddr(host); err == nil {
+	// Numeric forms (2852039166, 0xa9fea9fe, 127.1) are addresses to every resolver: checked
+	// as one, never passed as a name.
+	if a, ok, err := HostAddr(host); err != nil {
+		return err
+	} else if ok {
 		return p.CheckAddr(a, port, d)
 	}
 	if strings.EqualFold(strings.TrimSuffix(host, "."), "localhost") && !p.loopbackOK(d) {

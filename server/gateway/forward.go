@@ -103,7 +103,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, p pick) error 
 		}
 		held = append(held, h)
 		tries++
-		try := out.Clone(context.WithValue(ctx, upstreamKey{}, h.upstream))
+		try := out.Clone(g.upstreamContext(ctx, h))
 		try.Body = body()
 		start := g.Now()
 		got, err := g.transport.RoundTrip(try)

@@ -21,6 +21,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/proxy-operator/proxy-operator/internal/netpolicy"
 	"github.com/proxy-operator/proxy-operator/lease"
 	"github.com/proxy-operator/proxy-operator/server/discovery/access"
 	"github.com/proxy-operator/proxy-operator/server/httpx"
@@ -75,6 +76,9 @@ type Gateway struct {
 	Registerer      prometheus.Registerer
 	PerProxyMetrics bool
 	Now             func() time.Time
+	// Egress is the policy targets and upstreams are checked against (egress.go; nil: the
+	// default policy, which refuses every internal target and every loopback upstream).
+	Egress *netpolicy.Policy
 
 	// LeaseTTL is each lease's TTL; leases in use longer are renewed at half of it.
 	LeaseTTL time.Duration
@@ -103,10 +107,12 @@ type Gateway struct {
 	QueueWait time.Duration
 	MaxQueue  int
 
-	once      sync.Once
-	transport *http.Transport
-	m         *metrics
-	pace      *pacer
+	once         sync.Once
+	transport    *http.Transport
+	m            *metrics
+	pace         *pacer
+	dialer       *net.Dialer            // upstream dials, under Egress (initEgress)
+	egressDenied *prometheus.CounterVec // by hop
 
 	mu       sync.Mutex
 	inflight map[string]int   // requests and tunnels per token name
@@ -180,6 +186,7 @@ func (g *Gateway) init() {
 		ForceAttemptHTTP2:  false,
 	}
 	g.m = newMetrics(g.Registerer, g.PerProxyMetrics)
+	g.initEgress()
 	switch {
 	case g.Insecure:
 		g.Log.Warn("GATEWAY AUTH DISABLED (insecure): anyone who reaches the gateway listener can crawl through every proxy")
@@ -255,6 +262,9 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, kind string) err
 	if g.Fleet != nil && !g.Fleet.Complete() {
 		return &httpx.Error{Code: http.StatusServiceUnavailable, RetryAfter: max(1, int(time.Until(g.Fleet.CompleteAt()).Seconds()+1)),
 			Message: "fleet view still warming up after a restart; retry after the Retry-After seconds"}
+	}
+	if err := g.checkTarget(r, kind); err != nil {
+		return err
 	}
 	pick := pick{caller: caller, sel: sel}
 	if kind == kindTunnel {
@@ -437,6 +447,8 @@ func outcomeOf(code int) string {
 		return "upstream_failed"
 	case http.StatusTooManyRequests:
 		return "token_limit"
+	case http.StatusForbidden:
+		return "egress_denied"
 	}
 	if code >= 500 {
 		return "error"

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"sync"
@@ -20,6 +21,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
 	"github.com/proxy-operator/proxy-operator/internal/healthtest"
 	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/netpolicy"
 	"github.com/proxy-operator/proxy-operator/lease"
 	"github.com/proxy-operator/proxy-operator/providers"
 	"github.com/proxy-operator/proxy-operator/providers/mock"
@@ -93,7 +95,7 @@ func newEnv(t testing.TB, n int, mod func(*gateway.Gateway)) *env {
 func newEnvWith(t testing.TB, view *fleet.View, h *healthtest.Map, store lease.Store, mod func(*gateway.Gateway)) *env {
 	t.Helper()
 	e := &env{view: view, health: h, store: store, reg: prometheus.NewRegistry(), logs: &syncBuffer{}, ups: map[string]string{}}
-	e.gw = &gateway.Gateway{Leases: store, Tokens: tokens(t), Registerer: e.reg,
+	e.gw = &gateway.Gateway{Leases: store, Tokens: tokens(t), Registerer: e.reg, Egress: loopbackPolicy(t),
 		Log: slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}
 	if mod != nil {
 		mod(e.gw)
@@ -107,6 +109,18 @@ func newEnvWith(t testing.TB, view *fleet.View, h *healthtest.Map, store lease.S
 	t.Cleanup(func() { _ = srv.Close() })
 	e.addr = ln.Addr().String()
 	return e
+}
+
+// loopbackPolicy is the egress policy of these tests: their upstreams and sites are on
+// loopback, which the default policy refuses; protected adds addresses that stay denied.
+func loopbackPolicy(t testing.TB, protected ...string) *netpolicy.Policy {
+	t.Helper()
+	p, err := netpolicy.New(netpolicy.Config{AllowLoopback: true, Protected: protected,
+		TargetAllow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // upstreamCreds are the credential every mock upstream demands.

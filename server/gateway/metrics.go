@@ -30,7 +30,7 @@ func newMetrics(reg prometheus.Registerer, perProxy bool) *metrics {
 		perProxy: perProxy,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "proxy_operator_gateway_requests_total",
-			Help: "Gateway requests and tunnels answered, by kind (request or tunnel) and outcome (ok, auth_failed, no_upstream, upstream_failed, token_limit, bad_request, error).",
+			Help: "Gateway requests and tunnels answered, by kind (request or tunnel) and outcome (ok, auth_failed, no_upstream, upstream_failed, token_limit, egress_denied, bad_request, error).",
 		}, []string{"kind", "outcome"}),
 		tries: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "proxy_operator_gateway_tries",

@@ -82,8 +82,7 @@ func (g *Gateway) tunnel(w http.ResponseWriter, r *http.Request, p pick) error {
 // connectUpstream dials h's upstream and asks it for a tunnel to authority with the
 // upstream's credential. The reader holds whatever the upstream sent past its 200.
 func (g *Gateway) connectUpstream(ctx context.Context, h *hold, authority string) (net.Conn, *bufio.Reader, error) {
-	d := net.Dialer{Timeout: g.DialTimeout, KeepAlive: 30 * time.Second}
-	up, err := d.DialContext(ctx, "tcp", h.upstream.Host)
+	up, err := g.dialUpstream(ctx, h)
 	if err != nil {
 		return nil, nil, err
 	}

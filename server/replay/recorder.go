@@ -177,7 +177,9 @@ func marshalJSON(v any) ([]byte, error) {
 // objects of a customize-driven sync, children) with Redacted. A body without a Secret, or that
 // is not JSON, is returned as it is.
 func redactSecrets(body []byte) []byte {
-	if !bytes.Contains(body, []byte(`"Secret"`)) {
+	// "Secret" covers kind: Secret and Metacontroller's "Secret.v1" keys; stringData exists
+	// only on Secrets.
+	if !bytes.Contains(body, []byte(`Secret`)) && !bytes.Contains(body, []byte(`"stringData"`)) {
 		return body
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
@@ -186,7 +188,7 @@ func redactSecrets(body []byte) []byte {
 	if dec.Decode(&v) != nil {
 		return body
 	}
-	if !redact(v) {
+	if !redact(v, false) {
 		return body
 	}
 	b, err := json.Marshal(v)
@@ -196,26 +198,37 @@ func redactSecrets(body []byte) []byte {
 	return b
 }
 
-func redact(v any) bool {
+// redact redacts every Secret in v: an object of kind Secret, an object Metacontroller keys
+// under a "Secret.<version>" type (related objects and children may come without kind), and
+// stringData wherever it is (only a Secret has it).
+func redact(v any, secret bool) bool {
 	changed := false
 	switch x := v.(type) {
 	case map[string]any:
-		if x["kind"] == "Secret" {
-			for _, field := range []string{"data", "stringData"} {
-				if m, ok := x[field].(map[string]any); ok {
-					for k := range m {
-						m[k] = Redacted
-						changed = true
-					}
+		fields := []string{"stringData"}
+		if secret || x["kind"] == "Secret" {
+			fields = append(fields, "data")
+		}
+		for _, field := range fields {
+			if m, ok := x[field].(map[string]any); ok {
+				for k := range m {
+					m[k] = Redacted
+					changed = true
 				}
 			}
 		}
-		for _, e := range x {
-			changed = redact(e) || changed
+		for k, e := range x {
+			if group, ok := e.(map[string]any); ok && strings.HasPrefix(k, "Secret.") {
+				for _, obj := range group {
+					changed = redact(obj, true) || changed
+				}
+				continue
+			}
+			changed = redact(e, false) || changed
 		}
 	case []any:
 		for _, e := range x {
-			changed = redact(e) || changed
+			changed = redact(e, false) || changed
 		}
 	}
 	return changed

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"slices"
 	"time"
 
@@ -96,9 +97,12 @@ func StartOperator(ctx context.Context, cfg OperatorConfig) (*Operator, error) {
 	pcfg := factory.Config{Providers: []factory.Entry{{Name: "mock", Type: "mock",
 		Mock: &mock.Config{ProvisioningDelay: mock.Duration(200 * time.Millisecond), ServeProxies: true}}}}
 	op, err := server.New(server.Config{
-		Hooks:         server.HooksConfig{Addr: "127.0.0.1:0"},
-		Discovery:     server.DiscoveryAPIConfig{Addr: "127.0.0.1:0", Token: cfg.Token},
-		Gateway:       gateway.Config{Addr: "127.0.0.1:0"},
+		Hooks:     server.HooksConfig{Addr: "127.0.0.1:0"},
+		Discovery: server.DiscoveryAPIConfig{Addr: "127.0.0.1:0", Token: cfg.Token},
+		Gateway:   gateway.Config{Addr: "127.0.0.1:0"},
+		// The farm's sites are on 127.x: the gateway's egress policy refuses loopback targets
+		// unless allowed (decision 0250).
+		Egress:        server.EgressConfig{TargetAllow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}},
 		Providers:     server.ProvidersConfig{Parsed: &pcfg},
 		Lease:         server.LeaseConfig{Cooldown: cfg.RateLimitedCooldown, BanCooldown: cfg.BannedCooldown, MaxCooldown: cfg.MaxCooldown},
 		ShutdownGrace: 5 * time.Second,
