@@ -67,10 +67,8 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, p pick) error 
 	defer dog.Stop()
 	touch := func() { dog.Reset(g.IdleTimeout) }
 
-	body, retryable, err := g.requestBody(r, rc, touch)
-	if err != nil {
-		return err
-	}
+	body := g.newRetryBody(r, rc, touch) // read at the first try, after a lease (budget.go)
+	defer body.release()
 	out := r.Clone(ctx)
 	out.RequestURI = ""
 	removeHop(out.Header)
@@ -90,7 +88,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, p pick) error 
 			g.done(h)
 		}
 	}()
-	for tries < g.MaxTries && (tries == 0 || retryable) {
+	for tries < g.MaxTries && (tries == 0 || body.retryable()) {
 		h, err := g.take(ctx, p, target, held)
 		if err != nil {
 			if tries == 0 {
@@ -101,7 +99,9 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, p pick) error 
 		held = append(held, h)
 		tries++
 		try := out.Clone(context.WithValue(ctx, upstreamKey{}, h.upstream))
-		try.Body = body()
+		if try.Body, err = body.next(); err != nil {
+			return err
+		}
 		start := g.Now()
 		got, err := g.transport.RoundTrip(try)
 		touch()
@@ -166,28 +166,6 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, p pick) error 
 		g.Log.Debug("gateway body relay ended early", "proxy", final.l.Proxy.Key, "target", target, "err", err)
 	}
 	return nil
-}
-
-// requestBody returns a function giving each try its body. A body that is at most
-// MaxRetryBody and belongs to an idempotent method is kept for retries; any other is sent once.
-func (g *Gateway) requestBody(r *http.Request, rc *http.ResponseController, touch func()) (func() io.ReadCloser, bool, error) {
-	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
-		return func() io.ReadCloser { return http.NoBody }, idempotent(r.Method), nil
-	}
-	src := &idleReader{r: r.Body, rc: rc, idle: g.IdleTimeout, touch: touch}
-	if !idempotent(r.Method) || r.ContentLength > g.MaxRetryBody {
-		return func() io.ReadCloser { return io.NopCloser(src) }, false, nil
-	}
-	b, err := io.ReadAll(io.LimitReader(src, g.MaxRetryBody+1))
-	if err != nil {
-		return nil, false, httpx.Errorf(http.StatusBadRequest, "reading the request body failed")
-	}
-	if int64(len(b)) > g.MaxRetryBody {
-		// A chunked body past the limit: sent once, the part read first.
-		rest := io.MultiReader(bytes.NewReader(b), src)
-		return func() io.ReadCloser { return io.NopCloser(rest) }, false, nil
-	}
-	return func() io.ReadCloser { return io.NopCloser(bytes.NewReader(b)) }, true, nil
 }
 
 // detect matches the rules against an answer, reading at most Rules.BodyBytes of its body
