@@ -63,7 +63,11 @@ func fdConnCap() int {
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil || rl.Cur == 0 || rl.Cur > 1<<30 {
 		return 0
 	}
-	n := int(rl.Cur)
+	return connCapFor(int(rl.Cur))
+}
+
+// connCapFor is fdConnCap for a descriptor limit of n.
+func connCapFor(n int) int {
 	return max(16, (n-max(n/4, fdReserve))/2)
 }
 
