@@ -67,7 +67,7 @@ func (h *HooksConfig) bindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&h.Addr, "hook-addr", h.Addr, "listen address of the Metacontroller hooks, /healthz, /readyz and /metrics")
 	fs.DurationVar(&h.ProviderTimeout, "provider-timeout", h.ProviderTimeout, "timeout of each provider call made by a hook")
 	fs.Int64Var(&h.MaxBodyBytes, "max-hook-body-bytes", h.MaxBodyBytes, "largest hook request body accepted (413 beyond)")
-	fs.Var((*bytesValue)(&h.MemoryLimit), "hook-memory-limit", "memory limit the hook body budget is sized from, a quarter of it (e.g. 256Mi; default: GOMEMLIMIT, else the cgroup's memory.max, else 1Gi)")
+	fs.Var((*bytesValue)(&h.MemoryLimit), "hook-memory-limit", "memory limit the hook body budget and the gateway's connection budget are sized from, a quarter of it each (e.g. 256Mi; default: GOMEMLIMIT, else the cgroup's memory.max, else 1Gi)")
 	fs.DurationVar(&h.BodyReadTimeout, "hook-body-read-timeout", h.BodyReadTimeout, "time allowed to receive one hook request body (408 beyond)")
 	fs.StringVar(&h.SecretsNamespace, "hooks-secrets-namespace", h.SecretsNamespace, "namespace where the operator keeps the hooks' TLS certificate and bearer token in the Secrets "+
 		hookauth.TLSSecret+" and "+hookauth.TokenSecret+", creating each that is absent (the shipped install: its own namespace); needs a Kubernetes client")

@@ -439,6 +439,8 @@ func (o *Operator) buildServers(h *hooks.Hooks, disc *discovery.Discovery, token
 		if err := o.cfg.Gateway.Apply(gw); err != nil {
 			return err
 		}
+		memLimit, _ := membudget.Limit(o.cfg.Hooks.MemoryLimit)
+		gw.Budget = gateway.BudgetFor(memLimit)
 		o.gwSrv, o.gwLn = gw.Server(), gw.Listener(o.gwLn)
 	}
 	return nil

@@ -45,6 +45,11 @@ func (d *Discovery) auth(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r.WithContext(access.WithCaller(r.Context(), access.Insecure)))
 			return
 		}
+		if wait := d.Logins.Wait(r); wait > 0 {
+			d.unauth.WithLabelValues(reasonThrottled).Inc()
+			httpx.WriteThrottled(w, wait)
+			return
+		}
 		var caller *access.Caller
 		err := access.ErrInvalidToken
 		if d.tokens != nil {
@@ -52,12 +57,12 @@ func (d *Discovery) auth(next http.Handler) http.Handler {
 		}
 		switch {
 		case errors.Is(err, access.ErrNoToken):
-			d.unauthorized(r, reasonMissingToken)
+			d.unauthorized(w, r, reasonMissingToken)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="proxy-operator"`)
 			httpx.WriteError(w, httpx.Errorf(http.StatusUnauthorized, "missing bearer token"))
 			return
 		case err != nil:
-			d.unauthorized(r, reasonInvalidToken)
+			d.unauthorized(w, r, reasonInvalidToken)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="proxy-operator", error="invalid_token"`)
 			httpx.WriteError(w, httpx.Errorf(http.StatusUnauthorized, "invalid bearer token"))
 			return
@@ -66,18 +71,21 @@ func (d *Discovery) auth(next http.Handler) http.Handler {
 	})
 }
 
-// Reasons of a 401, the label of proxy_operator_discovery_unauthorized_total.
+// Reasons of a refusal, the label of proxy_operator_discovery_unauthorized_total.
 const (
 	reasonMissingToken = "missing_token"
 	reasonInvalidToken = "invalid_token"
+	reasonThrottled    = "throttled"
 )
 
-// unauthorized logs and counts a 401. The log names the path, method and remote address so a
-// probe can be traced; never the token or any other header.
-func (d *Discovery) unauthorized(r *http.Request, reason string) {
+// unauthorized counts a 401 against the source address (the throttle logs it, sampled, with
+// the path, method and remote address; never the token or any other header) and closes the
+// connection after the answer, so the server does not first read what is left of a body a
+// caller without a token may be trickling.
+func (d *Discovery) unauthorized(w http.ResponseWriter, r *http.Request, reason string) {
 	d.unauth.WithLabelValues(reason).Inc()
-	d.Log.Warn("discovery request unauthorized", "reason", reason, "method", r.Method,
-		"path", r.URL.Path, "remote", r.RemoteAddr)
+	d.Logins.Failed(r, reason)
+	w.Header().Set("Connection", "close")
 }
 
 // mayLease refuses a caller without the lease right (a read-only token). A lease ID is a

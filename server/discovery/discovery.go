@@ -97,6 +97,8 @@ type Discovery struct {
 	// MaxConns bounds the listener's open connections (0: DefaultMaxConns); idle ones make
 	// room for new ones (httpx.ConnLimit). An idle connection costs about 22 KiB.
 	MaxConns int
+	// Logins throttles failed logins per source address (nil: the defaults; decision 0257).
+	Logins *httpx.LoginThrottle
 
 	once       sync.Once
 	lastActive atomic.Int64 // the gauge's value when the store cannot answer
@@ -172,10 +174,13 @@ func (d *Discovery) init() {
 	}
 	d.unauth = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "proxy_operator_discovery_unauthorized_total",
-		Help: "Discovery API requests answered 401, by reason (missing_token or invalid_token).",
+		Help: "Discovery API requests refused for their token, by reason (401: missing_token or invalid_token; 429: throttled, after too many failed logins from the address).",
 	}, []string{"reason"})
-	for _, r := range []string{reasonMissingToken, reasonInvalidToken} {
+	for _, r := range []string{reasonMissingToken, reasonInvalidToken, reasonThrottled} {
 		d.unauth.WithLabelValues(r)
+	}
+	if d.Logins == nil {
+		d.Logins = &httpx.LoginThrottle{Listener: "discovery", Message: "discovery request unauthorized", Log: d.Log, Now: d.Now}
 	}
 	d.http = newHTTPMetrics()
 	for _, r := range []lease.Result{lease.ResultOK, lease.ResultRateLimited, lease.ResultBanned} {

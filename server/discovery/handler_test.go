@@ -564,7 +564,7 @@ func TestUnauthorizedIsLoggedAndCounted(t *testing.T) {
 			}
 		}
 	}
-	if want := map[string]float64{"missing_token": 1, "invalid_token": 2}; !maps.Equal(got, want) {
+	if want := map[string]float64{"missing_token": 1, "invalid_token": 2, "throttled": 0}; !maps.Equal(got, want) {
 		t.Errorf("proxy_operator_discovery_unauthorized_total = %v, want %v", got, want)
 	}
 	logs := f.logs.String()

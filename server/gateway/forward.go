@@ -69,10 +69,8 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, p pick) error 
 	defer dog.Stop()
 	touch := func() { dog.Reset(g.IdleTimeout) }
 
-	body, retryable, err := g.requestBody(r, rc, touch)
-	if err != nil {
-		return err
-	}
+	body := g.newRetryBody(r, rc, touch) // read at the first try, after a lease (budget.go)
+	defer body.release()
 	out := r.Clone(ctx)
 	out.RequestURI = ""
 	removeHop(out.Header)
@@ -93,7 +91,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, p pick) error 
 			g.done(h)
 		}
 	}()
-	for tries < g.MaxTries && (tries == 0 || retryable) {
+	for tries < g.MaxTries && (tries == 0 || body.retryable()) {
 		h, tk, err := g.take(ctx, p, target, held, true)
 		if err != nil {
 			if tries == 0 {
@@ -104,7 +102,9 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, p pick) error 
 		held = append(held, h)
 		tries++
 		try := out.Clone(g.upstreamContext(ctx, h))
-		try.Body = body()
+		if try.Body, err = body.next(); err != nil {
+			return err
+		}
 		start := g.Now()
 		got, err := g.transport.RoundTrip(try)
 		touch()
@@ -173,7 +173,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, p pick) error 
 			g.pace.limited(tk, retryAfter(resp.Header, g.Now(), g.MaxRetryAfter))
 		}
 		g.report(ctx, h, target, rule, resp.Header)
-		if retryable && tries < g.MaxTries {
+		if body.retryable() && tries < g.MaxTries {
 			// The upstream is done with: it waits for its pace or cooldown, and holding it
 			// through the retry would keep it from the site's other requests for nothing.
 			// Its answer is kept for the client in case the retry finds no upstream.
@@ -230,28 +230,6 @@ type suspect403 struct {
 	h    *hold
 	rule *Rule
 	hdr  http.Header
-}
-
-// requestBody returns a function giving each try its body. A body that is at most
-// MaxRetryBody and belongs to an idempotent method is kept for retries; any other is sent once.
-func (g *Gateway) requestBody(r *http.Request, rc *http.ResponseController, touch func()) (func() io.ReadCloser, bool, error) {
-	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
-		return func() io.ReadCloser { return http.NoBody }, idempotent(r.Method), nil
-	}
-	src := &idleReader{r: r.Body, rc: rc, idle: g.IdleTimeout, touch: touch}
-	if !idempotent(r.Method) || r.ContentLength > g.MaxRetryBody {
-		return func() io.ReadCloser { return io.NopCloser(src) }, false, nil
-	}
-	b, err := io.ReadAll(io.LimitReader(src, g.MaxRetryBody+1))
-	if err != nil {
-		return nil, false, httpx.Errorf(http.StatusBadRequest, "reading the request body failed")
-	}
-	if int64(len(b)) > g.MaxRetryBody {
-		// A chunked body past the limit: sent once, the part read first.
-		rest := io.MultiReader(bytes.NewReader(b), src)
-		return func() io.ReadCloser { return io.NopCloser(rest) }, false, nil
-	}
-	return func() io.ReadCloser { return io.NopCloser(bytes.NewReader(b)) }, true, nil
 }
 
 // detect matches the rules against an answer, reading at most Rules.BodyBytes of its body

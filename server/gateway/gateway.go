@@ -24,6 +24,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/internal/netpolicy"
 	"github.com/proxy-operator/proxy-operator/lease"
 	"github.com/proxy-operator/proxy-operator/server/discovery/access"
+	"github.com/proxy-operator/proxy-operator/server/hooks/membudget"
 	"github.com/proxy-operator/proxy-operator/server/httpx"
 )
 
@@ -89,10 +90,15 @@ type Gateway struct {
 	// AcquireWait is how long a request waits for an upstream another request holds for the
 	// same target (or one at capacity) before the 503.
 	AcquireWait time.Duration
-	// MaxConns bounds client connections (Listener); MaxConnsPerToken bounds the requests and
-	// tunnels in flight per token.
+	// MaxConns bounds client connections (Listener), never above what the descriptor limit
+	// allows (fdConnCap); MaxConnsPerToken bounds the requests and tunnels in flight per token.
 	MaxConns         int
 	MaxConnsPerToken int
+	// Budget is the memory budget of client connections, their heads and retry buffers
+	// (budget.go; nil: DefaultMemoryFraction of membudget.Limit). FailedLoginIdle closes a
+	// connection idle after a failed login.
+	Budget          *membudget.Budget
+	FailedLoginIdle time.Duration
 	// DialTimeout bounds dialing an upstream, ResponseHeaderTimeout its answer's head;
 	// IdleTimeout ends a keep-alive client connection, a tunnel or a body without traffic.
 	DialTimeout           time.Duration
@@ -106,11 +112,14 @@ type Gateway struct {
 	// bounds the requests waiting for one site.
 	QueueWait time.Duration
 	MaxQueue  int
+	// Logins throttles failed logins per source address (nil: the defaults; decision 0257).
+	Logins *httpx.LoginThrottle
 
 	once         sync.Once
 	transport    *http.Transport
 	m            *metrics
 	pace         *pacer
+	conns        *conns
 	dialer       *net.Dialer            // upstream dials, under Egress (initEgress)
 	egressDenied *prometheus.CounterVec // by hop
 
@@ -160,6 +169,11 @@ func (g *Gateway) init() {
 	if g.MaxConns <= 0 {
 		g.MaxConns = DefaultMaxConns
 	}
+	if fdCap := fdConnCap(); fdCap > 0 && g.MaxConns > fdCap {
+		g.Log.Warn("gateway connection limit lowered to what the descriptor limit allows", "maxConns", g.MaxConns, "allowed", fdCap)
+		g.MaxConns = fdCap
+	}
+	def(&g.FailedLoginIdle, DefaultFailedLoginIdle)
 	if g.MaxConnsPerToken <= 0 {
 		g.MaxConnsPerToken = DefaultMaxConnsPerToken
 	}
@@ -187,6 +201,14 @@ func (g *Gateway) init() {
 	}
 	g.m = newMetrics(g.Registerer, g.PerProxyMetrics)
 	g.initEgress()
+	if g.Budget == nil {
+		limit, _ := membudget.Limit(0)
+		g.Budget = BudgetFor(limit)
+	}
+	g.conns = &conns{g: g, budget: g.Budget}
+	if g.Logins == nil {
+		g.Logins = &httpx.LoginThrottle{Listener: "gateway", Message: "gateway login failed", Log: g.Log, Now: g.Now}
+	}
 	switch {
 	case g.Insecure:
 		g.Log.Warn("GATEWAY AUTH DISABLED (insecure): anyone who reaches the gateway listener can crawl through every proxy")
@@ -204,6 +226,8 @@ func (g *Gateway) Server() *http.Server {
 		ReadHeaderTimeout: g.ReadHeaderTimeout,
 		IdleTimeout:       g.IdleTimeout,
 		MaxHeaderBytes:    g.MaxHeaderBytes,
+		ConnState:         g.conns.connState,
+		ConnContext:       withConn,
 		// Bodies and tunnels are bounded by idle deadlines set as they flow (see idle.go):
 		// a whole-request ReadTimeout or WriteTimeout would cut long downloads and tunnels.
 		ErrorLog: slog.NewLogLogger(g.Log.Handler(), slog.LevelDebug),
@@ -223,6 +247,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	err := g.serve(w, r, kind)
+	var e *httpx.Error
+	failed := errors.As(err, &e) && e.Code == http.StatusProxyAuthRequired || errors.Is(err, errLoginThrottled)
+	g.conns.noteLogin(r, failed, !failed)
 	if err == nil {
 		return
 	}
@@ -233,7 +260,6 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rf.write(w)
 		return
 	}
-	var e *httpx.Error
 	if !errors.As(err, &e) {
 		g.Log.Error("gateway request failed", "kind", kind, "err", err)
 		e = &httpx.Error{Code: http.StatusInternalServerError, Message: "internal error"}
@@ -245,6 +271,10 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.m.outcome(kind, outcomeOf(e.Code))
 	if e.Code == http.StatusProxyAuthRequired {
 		w.Header().Set("Proxy-Authenticate", realm)
+	}
+	if failed && r.ContentLength != 0 {
+		// Not reading the rest of a body sent without a login (net/http would, first).
+		w.Header().Set("Connection", "close")
 	}
 	httpx.WriteError(w, e)
 }
@@ -279,6 +309,9 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, kind string) err
 	return g.forward(w, r, pick)
 }
 
+// errLoginThrottled marks the 429 of a source address throttled after failed logins.
+var errLoginThrottled = errors.New("too many failed logins")
+
 // pick is who asks and what for.
 type pick struct {
 	caller *access.Caller
@@ -290,7 +323,16 @@ type pick struct {
 func (g *Gateway) authenticate(r *http.Request) (*access.Caller, Selection, error) {
 	deny := func(reason, format string, args ...any) (*access.Caller, Selection, error) {
 		g.m.authFailures.WithLabelValues(reason).Inc()
+		if reason != "missing" {
+			// A client that asks first without credentials (the challenge) has not failed.
+			g.Logins.Failed(r, reason)
+		}
 		return nil, Selection{}, httpx.Errorf(http.StatusProxyAuthRequired, format, args...)
+	}
+	if wait := g.Logins.Wait(r); wait > 0 {
+		g.m.authFailures.WithLabelValues("throttled").Inc()
+		return nil, Selection{}, &httpx.Error{Code: http.StatusTooManyRequests, RetryAfter: httpx.RetryAfter(wait), Err: errLoginThrottled,
+			Message: "too many failed logins from this address; retry after the Retry-After seconds"}
 	}
 	h := r.Header.Get("Proxy-Authorization")
 	r.Header.Del("Proxy-Authorization")

@@ -19,6 +19,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
 	"github.com/proxy-operator/proxy-operator/lease"
 	"github.com/proxy-operator/proxy-operator/server/gateway"
+	"github.com/proxy-operator/proxy-operator/server/httpx"
 )
 
 func TestForwardThroughLeasedUpstream(t *testing.T) {
@@ -64,7 +65,8 @@ func TestForwardThroughLeasedUpstream(t *testing.T) {
 }
 
 func TestProxyAuthRefusals(t *testing.T) {
-	e := newEnv(t, 1, nil)
+	// Every refusal from one address: the throttle (decision 0257) is set past them.
+	e := newEnv(t, 1, func(g *gateway.Gateway) { g.Logins = &httpx.LoginThrottle{Free: 1000} })
 	s := newSite(t, nil)
 	cases := []struct {
 		name, header, want string

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/proxy-operator/proxy-operator/server/gateway"
+	"github.com/proxy-operator/proxy-operator/server/hooks/membudget"
 )
 
 // waitClosed reads c until the gateway closes it (or answers and closes); it fails the test if
@@ -67,7 +68,10 @@ func TestHugeHeadersAre431(t *testing.T) {
 	}
 }
 
-func TestConnectionFloodIsRefusedAtTheLimit(t *testing.T) {
+// TestConnectionFloodEvictsSilentConnections: at MaxConns, each new connection takes the
+// place of the oldest one that never sent a head (decision 0255), so a flood of silent
+// connections never locks a crawler out; the count stays at the limit.
+func TestConnectionFloodEvictsSilentConnections(t *testing.T) {
 	const limit = 20
 	e := newEnv(t, 1, func(g *gateway.Gateway) { g.MaxConns = limit })
 	var open []net.Conn
@@ -76,17 +80,33 @@ func TestConnectionFloodIsRefusedAtTheLimit(t *testing.T) {
 			c.Close()
 		}
 	}()
-	for range limit {
+	for range limit + 50 {
 		c, err := net.Dial("tcp", e.addr)
 		if err != nil {
 			t.Fatal(err)
 		}
 		open = append(open, c)
 	}
-	waitFor(t, "the gateway to hold the limit's connections", func() bool {
-		return testMetric(t, e, "proxy_operator_gateway_connections", "") == limit
+	waitFor(t, "50 silent connections evicted", func() bool {
+		return testMetric(t, e, "proxy_operator_gateway_connections_evicted_total", "") == 50
 	})
-	for i := range 50 {
+	if got := testMetric(t, e, "proxy_operator_gateway_connections", ""); got != limit {
+		t.Errorf("connections = %v, want %d", got, limit)
+	}
+	if got := waitClosed(t, open[0]); got != "" {
+		t.Errorf("the oldest silent connection got %q, want closed without an answer", got)
+	}
+	resp, _ := get(t, &http.Client{Timeout: 20 * time.Second}, "http://"+e.addr+"/healthz")
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("a crawler during the flood: %d, want 200", resp.StatusCode)
+	}
+}
+
+// TestConnectionRefusedWhenNothingFits: a connection the budget cannot hold, with nothing to
+// evict, is answered 503 at once and closed.
+func TestConnectionRefusedWhenNothingFits(t *testing.T) {
+	e := newEnv(t, 1, func(g *gateway.Gateway) { g.Budget = membudget.New(1<<10, 1) })
+	for i := range 5 {
 		c, err := net.Dial("tcp", e.addr)
 		if err != nil {
 			t.Fatal(err)
@@ -94,19 +114,11 @@ func TestConnectionFloodIsRefusedAtTheLimit(t *testing.T) {
 		got := waitClosed(t, c)
 		c.Close()
 		if !strings.HasPrefix(got, "HTTP/1.1 503") || !strings.Contains(got, "connection limit") {
-			t.Fatalf("connection %d past the limit got %q, want an immediate 503", i, got)
+			t.Fatalf("connection %d got %q, want an immediate 503", i, got)
 		}
 	}
-	if got := testMetric(t, e, "proxy_operator_gateway_connections_refused_total", ""); got != 50 {
-		t.Errorf("refused connections = %v, want 50", got)
-	}
-	// Closing one frees a slot.
-	open[0].Close()
-	open = open[1:]
-	waitFor(t, "a slot to free", func() bool { return testMetric(t, e, "proxy_operator_gateway_connections", "") < limit })
-	resp, _ := get(t, &http.Client{Timeout: 20 * time.Second}, "http://"+e.addr+"/healthz")
-	if resp.StatusCode != http.StatusOK {
-		t.Errorf("after a slot freed: %d, want 200", resp.StatusCode)
+	if got := testMetric(t, e, "proxy_operator_gateway_connections_refused_total", ""); got != 5 {
+		t.Errorf("refused connections = %v, want 5", got)
 	}
 }
 

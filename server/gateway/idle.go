@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -115,61 +114,4 @@ func pipeIdle(client net.Conn, clientR io.Reader, up net.Conn, upR io.Reader, id
 
 func basic(user, pass string) string {
 	return base64.StdEncoding.EncodeToString([]byte(user + ":" + pass))
-}
-
-// Listener bounds ln to MaxConns client connections: beyond, a connection is answered 503 at
-// once and closed, so a flood costs a few bytes each instead of a goroutine and buffers.
-func (g *Gateway) Listener(ln net.Listener) net.Listener {
-	g.once.Do(g.init)
-	return &limitListener{Listener: ln, sem: make(chan struct{}, g.MaxConns), g: g}
-}
-
-type limitListener struct {
-	net.Listener
-	sem chan struct{}
-	g   *Gateway
-}
-
-const overloadedBody = "gateway at its connection limit; retry after the Retry-After seconds\n"
-
-var overloaded = "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Type: text/plain\r\nConnection: close\r\n" +
-	"Content-Length: " + strconv.Itoa(len(overloadedBody)) + "\r\n\r\n" + overloadedBody
-
-func (l *limitListener) Accept() (net.Conn, error) {
-	for {
-		c, err := l.Listener.Accept()
-		if err != nil {
-			return nil, err
-		}
-		select {
-		case l.sem <- struct{}{}:
-			l.g.m.conns.Inc()
-			return &limitConn{Conn: c, release: func() { <-l.sem; l.g.m.conns.Dec() }}, nil
-		default:
-			l.g.m.connsRefused.Inc()
-			_ = c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
-			_, _ = io.WriteString(c, overloaded)
-			_ = c.Close()
-		}
-	}
-}
-
-type limitConn struct {
-	net.Conn
-	once    sync.Once
-	release func()
-}
-
-func (c *limitConn) Close() error {
-	err := c.Conn.Close()
-	c.once.Do(c.release)
-	return err
-}
-
-// CloseWrite half-closes a TCP connection (a tunnel's client side after the upstream's EOF).
-func (c *limitConn) CloseWrite() error {
-	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return c.Conn.Close()
 }

@@ -22,6 +22,8 @@ type metrics struct {
 	authFailures *prometheus.CounterVec
 	conns        prometheus.Gauge
 	connsRefused prometheus.Counter
+	connsEvicted prometheus.Counter
+	retryBodies  *prometheus.CounterVec
 	perProxy     bool
 }
 
@@ -56,7 +58,7 @@ func newMetrics(reg prometheus.Registerer, perProxy bool) *metrics {
 		}),
 		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "proxy_operator_gateway_auth_failures_total",
-			Help: "407 answers, by reason (missing, scheme, encoding, no_token, token, read_only, username, namespace).",
+			Help: "407 answers, by reason (missing, scheme, encoding, no_token, token, read_only, username, namespace), and 429 answers to an address throttled after too many failed logins (throttled).",
 		}, []string{"reason"}),
 		conns: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "proxy_operator_gateway_connections",
@@ -64,15 +66,26 @@ func newMetrics(reg prometheus.Registerer, perProxy bool) *metrics {
 		}),
 		connsRefused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "proxy_operator_gateway_connections_refused_total",
-			Help: "Client connections refused at the connection limit.",
+			Help: "Client connections refused at the connection limit or the memory budget, with nothing left to evict.",
 		}),
+		connsEvicted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "proxy_operator_gateway_connections_evicted_total",
+			Help: "Client connections closed to make room in the memory budget (idle after a failed login first, then never authenticated, then idle).",
+		}),
+		retryBodies: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "proxy_operator_gateway_retry_bodies_total",
+			Help: "Request bodies of idempotent requests within the retry limit, by fate: kept (for retries), streamed (the memory budget had no room: sent once), too_long (a chunked body past the limit: sent once).",
+		}, []string{"fate"}),
+	}
+	for _, f := range []string{"kept", "streamed", "too_long"} {
+		m.retryBodies.WithLabelValues(f)
 	}
 	for _, k := range []string{kindRequest, kindTunnel} {
 		m.requests.WithLabelValues(k, "ok")
 		m.tries.WithLabelValues(k)
 	}
 	if reg != nil {
-		reg.MustRegister(m.requests, m.tries, m.bans, m.byteCount, m.upstream, m.tunnels, m.authFailures, m.conns, m.connsRefused)
+		reg.MustRegister(m.requests, m.tries, m.bans, m.byteCount, m.upstream, m.tunnels, m.authFailures, m.conns, m.connsRefused, m.connsEvicted, m.retryBodies)
 	}
 	return m
 }

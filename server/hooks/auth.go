@@ -15,6 +15,7 @@ import (
 const (
 	reasonMissingToken = "missing_token"
 	reasonInvalidToken = "invalid_token"
+	reasonThrottled    = "throttled"
 )
 
 // openPaths answer GET without a token: the kubelet's probes and Prometheus reach them, and
@@ -38,6 +39,11 @@ func (g *tokenGate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.next.ServeHTTP(w, r)
 		return
 	}
+	if wait := g.h.Logins.Wait(r); wait > 0 {
+		g.h.unauth.WithLabelValues(reasonThrottled).Inc()
+		httpx.WriteThrottled(w, wait)
+		return
+	}
 	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
 		g.refuse(w, r, reasonMissingToken, `Bearer realm="proxy-operator-hooks"`, "missing bearer token")
@@ -51,10 +57,14 @@ func (g *tokenGate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.next.ServeHTTP(w, r)
 }
 
-// refuse logs (path, method and remote address; never a header) and counts a 401.
+// refuse counts a 401 against the source address (the throttle logs it, sampled, with path,
+// method and remote address; never a header) and closes the connection after the answer: the
+// server would otherwise read what is left of the body first, for as long as a caller without
+// a token trickles it.
 func (g *tokenGate) refuse(w http.ResponseWriter, r *http.Request, reason, challenge, msg string) {
 	g.h.unauth.WithLabelValues(reason).Inc()
-	g.h.Log.Warn("hook call unauthorized", "reason", reason, "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr)
+	g.h.Logins.Failed(r, reason)
+	w.Header().Set("Connection", "close")
 	w.Header().Set("WWW-Authenticate", challenge)
 	httpx.WriteError(w, httpx.Errorf(http.StatusUnauthorized, "%s", msg))
 }
@@ -63,9 +73,10 @@ func (g *tokenGate) refuse(w http.ResponseWriter, r *http.Request, reason, chall
 func newUnauthorizedCounter() *prometheus.CounterVec {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "proxy_operator_hook_unauthorized_total",
-		Help: "Hook listener calls answered 401, by reason (missing_token, invalid_token).",
+		Help: "Hook listener calls refused for their token, by reason (401: missing_token, invalid_token; 429: throttled, after too many failed logins from the address).",
 	}, []string{"reason"})
 	c.WithLabelValues(reasonMissingToken)
 	c.WithLabelValues(reasonInvalidToken)
+	c.WithLabelValues(reasonThrottled)
 	return c
 }

@@ -106,6 +106,8 @@ type Hooks struct {
 	// and /metrics (401 otherwise, logged and counted; auth.go). Empty: no token is asked
 	// (-hooks-insecure, and in-process tests).
 	Token string
+	// Logins throttles failed logins per source address (nil: the defaults; decision 0257).
+	Logins *httpx.LoginThrottle
 	// TLS, when set, is the listener's TLS config: Server sets it and the caller serves with
 	// ServeTLS(ln, "", "").
 	TLS *tls.Config
@@ -189,6 +191,9 @@ func (h *Hooks) init() {
 		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 	}, []string{"hook"})
 	h.unauth = newUnauthorizedCounter()
+	if h.Logins == nil {
+		h.Logins = &httpx.LoginThrottle{Listener: "hooks", Message: "hook call unauthorized", Log: h.Log, Now: h.Now}
+	}
 	if h.Registerer != nil {
 		h.Registerer.MustRegister(h.duration, h.shed, h.unauth, h.disagreements, newPhaseCollector(h.Fleet),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{

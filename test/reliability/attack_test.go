@@ -626,6 +626,8 @@ func TestHostileInput(t *testing.T) {
 	t.Run("relay to own listeners", func(t *testing.T) { attackRelayToOwnListeners(t, c) })
 	t.Run("lease flood", func(t *testing.T) { attackLeaseFlood(t, c, good, dur) })
 	t.Run("forged hooks", func(t *testing.T) { attackForgedHooks(t, c, good, dur) })
+	t.Run("password guesses", func(t *testing.T) { attackPasswordGuess(t, c, good, dur) })
+	t.Run("unauth trickled bodies", func(t *testing.T) { attackUnauthTrickle(t, c, good, dur) })
 	t.Logf("operator peak RSS over the whole suite (VmHWM): %.1f MiB", float64(procStatus(c.cmd.Process.Pid, "VmHWM"))/(1<<20))
 }
 

@@ -12,11 +12,11 @@ import (
 const yamlTokens = `# two teams and a dashboard
 tokens:
   - name: team-a
-    token: aaaaaaaaaaaaaaaaaaaaaaaa
+    token: team-a-token-aaaaaaaaaa
     namespaces: [team-a]
     right: lease
   - name: dash
-    token: dddddddddddddddddddddddd
+    token: dashboards-token-ddddddd
     namespaces: ["*"]
     right: read
 `
@@ -32,12 +32,12 @@ func TestParseAndAuthenticate(t *testing.T) {
 		wantErr  error
 		wantName string
 	}{
-		{"team token", "Bearer aaaaaaaaaaaaaaaaaaaaaaaa", nil, "team-a"},
-		{"scheme case and spaces", "bearer  dddddddddddddddddddddddd ", nil, "dash"},
+		{"team token", "Bearer team-a-token-aaaaaaaaaa", nil, "team-a"},
+		{"scheme case and spaces", "bearer  dashboards-token-ddddddd ", nil, "dash"},
 		{"no header", "", ErrNoToken, ""},
 		{"basic", "Basic YWxhZGRpbjpvcGVuc2VzYW1l", ErrNoToken, ""},
 		{"empty bearer", "Bearer ", ErrNoToken, ""},
-		{"wrong token", "Bearer aaaaaaaaaaaaaaaaaaaaaaab", ErrInvalidToken, ""},
+		{"wrong token", "Bearer team-a-token-aaaaaaaaab", ErrInvalidToken, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -111,6 +111,8 @@ func TestParseRejects(t *testing.T) {
 		{"only comments", "# nothing\n\n", "no token"},
 		{"blank yaml token", "tokens:\n  - {name: a, token: '  ', namespaces: [x], right: read}\n", "token 1 (a): blank token"},
 		{"space in token", "tokens:\n  - {name: a, token: 'a b', namespaces: [x], right: read}\n", "whitespace"},
+		{"one character", "tokens:\n  - {name: a, token: aaaaaaaaaaaaaaaa, namespaces: [x], right: read}\n", "token 1 (a): a token must hold at least 6 different characters, this one has 1"},
+		{"two characters", "abababababababababab\n", "token 1 (line-token-1): a token must hold at least 6 different characters, this one has 2"},
 		{"no name", "tokens:\n  - {token: abc-0123456789abcdef, namespaces: [x], right: read}\n", "name is required"},
 		{"duplicate name", "tokens:\n  - {name: a, token: abc-0123456789abcdef, namespaces: [x], right: read}\n  - {name: a, token: abd-0123456789abcdef, namespaces: [x], right: read}\n", "duplicate name"},
 		{"duplicate token", "tokens:\n  - {name: a, token: abc-0123456789abcdef, namespaces: [x], right: read}\n  - {name: b, token: abc-0123456789abcdef, namespaces: [x], right: read}\n", "same token"},

@@ -13,10 +13,9 @@ import (
 	"os"
 	"strings"
 	"sync"
-)
 
-// MinTokenLength is the shortest hook token accepted, as for discovery tokens.
-const MinTokenLength = 16
+	"github.com/proxy-operator/proxy-operator/server/discovery/access"
+)
 
 // maxFileBytes bounds every credential file and Secret value read.
 const maxFileBytes = 64 << 10
@@ -123,13 +122,9 @@ func parse(certPEM, keyPEM, caPEM, token []byte, certWhat, tokenWhat string) (*C
 		return nil, fmt.Errorf("%w: %s: ca.crt holds no PEM certificate", ErrBadCredentials, certWhat)
 	}
 	tok := strings.TrimSpace(string(token))
-	switch {
-	case tok == "":
-		return nil, fmt.Errorf("%w: %s: the token is blank", ErrBadCredentials, tokenWhat)
-	case len(tok) < MinTokenLength:
-		return nil, fmt.Errorf("%w: %s: the token has %d characters, want at least %d", ErrBadCredentials, tokenWhat, len(tok), MinTokenLength)
-	case strings.ContainsAny(tok, " \t\r\n"):
-		return nil, fmt.Errorf("%w: %s: the token must be one word (no white space inside)", ErrBadCredentials, tokenWhat)
+	if err := access.CheckToken(tok); err != nil {
+		// The same rule as for discovery tokens (decision 0258).
+		return nil, fmt.Errorf("%w: %s: %w", ErrBadCredentials, tokenWhat, err)
 	}
 	return &Credentials{Cert: cert, CA: caPEM, Token: tok}, nil
 }

@@ -93,7 +93,8 @@ func TestLoadFiles(t *testing.T) {
 	}{
 		{"short token", cert, key, write("short", []byte("abc\n")), "at least 16"},
 		{"blank token", cert, key, write("blank", []byte(" \n")), "blank"},
-		{"two words", cert, key, write("two", []byte("0123456789abcdef 0123456789abcdef")), "one word"},
+		{"two words", cert, key, write("two", []byte("0123456789abcdef 0123456789abcdef")), "whitespace"},
+		{"one character", cert, key, write("weak", []byte("aaaaaaaaaaaaaaaa\n")), "-hooks-token-file: a token must hold at least 6 different characters"},
 		{"key of another certificate", other, key, good, "-hooks-tls-cert/-hooks-tls-key"},
 		{"missing key", cert, filepath.Join(dir, "nope"), good, "-hooks-tls-key"},
 		{"a directory as token", cert, key, dir, "not a regular file"},

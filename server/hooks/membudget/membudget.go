@@ -96,6 +96,16 @@ func (r *Reservation) Grow(w int64) error {
 	return nil
 }
 
+// Reserve takes w of the budget now, never waiting (see Grow); the gateway reserves a
+// connection's or a retry buffer's cost before it is spent.
+func (b *Budget) Reserve(w int64) (*Reservation, error) {
+	r := &Reservation{b: b}
+	if err := r.Grow(w); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
 // Held is the weight the reservation holds.
 func (r *Reservation) Held() int64 { return r.held }
 
