@@ -11,17 +11,22 @@ import (
 // gatewayEgress is the gateway's egress policy (decision 0250): the proxy policy of e with
 // the loopback exception of mock providers, plus the target rules, with the process's own
 // listeners and the lease store's addresses (store, a -lease-store URL) refused whatever
-// e.TargetAllow says.
-func gatewayEgress(e EgressConfig, loopbackProviders, own []string, store string) (*netpolicy.Policy, error) {
+// e.TargetAllow says. demoSite, when not empty, is the demo site's address: a target allowed
+// by its exact address, so `make run` crawls it with no loopback range opened.
+func gatewayEgress(e EgressConfig, loopbackProviders, own []string, store, demoSite string) (*netpolicy.Policy, error) {
 	var listeners []string
 	for _, a := range own {
 		if a != "" {
 			listeners = append(listeners, a)
 		}
 	}
+	var demo []string
+	if demoSite != "" {
+		demo = []string{demoSite}
+	}
 	return netpolicy.New(netpolicy.Config{AllowLoopback: e.AllowLoopback, LoopbackProviders: loopbackProviders,
 		ExternalCIDRs: e.ExternalCIDRs, OwnListeners: listeners, Protected: storeAddrs(store),
-		TargetAllow: e.TargetAllow, ClusterSuffixes: e.TargetDenySuffixes})
+		TargetAllow: e.TargetAllow, TargetAllowAddrs: demo, ClusterSuffixes: e.TargetDenySuffixes})
 }
 
 // storeAddrs are the host:port addresses a -lease-store URL names (comma-separated hosts and

@@ -114,7 +114,7 @@ func NewGateway(cfg GatewayConfig) (_ *Gateway, err error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	g.backend.register(reg)
-	egress, err := gatewayEgress(cfg.Egress, nil, []string{cfg.Gateway.Addr, cfg.MetricsAddr}, cfg.Lease.Store)
+	egress, err := gatewayEgress(cfg.Egress, nil, []string{cfg.Gateway.Addr, cfg.MetricsAddr}, cfg.Lease.Store, "")
 	if err != nil {
 		return nil, err
 	}

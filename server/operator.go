@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"net/http"
 	"sync"
 	"time"
@@ -430,7 +431,7 @@ func (o *Operator) buildServers(h *hooks.Hooks, disc *discovery.Discovery, token
 	o.hookSrv = h.Server()
 	o.discSrv = disc.Server("")
 	if o.gwLn != nil {
-		egress, err := gatewayEgress(o.cfg.Egress, o.mockProviders(), o.own, o.cfg.Lease.Store)
+		egress, err := gatewayEgress(o.cfg.Egress, o.mockProviders(), o.own, o.cfg.Lease.Store, o.DemoSiteAddr())
 		if err != nil {
 			return err
 		}
@@ -557,12 +558,17 @@ func (o *Operator) EchoAddr() string {
 	return o.echoLn.Addr().String()
 }
 
-// DemoSiteAddr is the bound address of the demo site ("" without one).
+// DemoSiteAddr is the address crawlers reach the demo site at ("" without one): its bound
+// address, or 127.0.0.1 at its port when it listens on every interface.
 func (o *Operator) DemoSiteAddr() string {
 	if o.demoLn == nil {
 		return ""
 	}
-	return o.demoLn.Addr().String()
+	ap, err := netip.ParseAddrPort(o.demoLn.Addr().String())
+	if err != nil || !ap.Addr().IsUnspecified() {
+		return o.demoLn.Addr().String()
+	}
+	return netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), ap.Port()).String()
 }
 
 // GatewayAddr is the bound address of the gateway listener ("" without one).

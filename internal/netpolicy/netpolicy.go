@@ -54,6 +54,10 @@ type Config struct {
 	// (tests, `make run` and the crawl benchmark, whose sites are on loopback). Metadata,
 	// link-local, own listeners and Protected stay denied.
 	TargetAllow []netip.Prefix
+	// TargetAllowAddrs are single addresses ("ip:port") a target may be at although CheckTarget
+	// denies their range: the demo site of `make run`, and nothing else on loopback. Metadata,
+	// link-local, own listeners and Protected stay denied.
+	TargetAllowAddrs []string
 	// ClusterSuffixes are the DNS suffixes CheckTarget refuses as cluster-internal; nil:
 	// DefaultClusterSuffixes.
 	ClusterSuffixes []string
@@ -69,6 +73,7 @@ type Policy struct {
 	localAddrs    []netip.Addr            // this host's addresses when New ran, for ownPorts
 	protNames     map[string]bool         // Protected names, "name:port" lower case
 	targetAllow   []netip.Prefix
+	targetAddrs   map[netip.AddrPort]bool
 	suffixes      []string // lower case, without leading or trailing dots
 	resolver      func(ctx context.Context, host string) ([]netip.Addr, error)
 }

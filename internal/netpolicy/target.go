@@ -51,6 +51,16 @@ func (p *Policy) target(cfg Config) error {
 		}
 		p.targetAllow = append(p.targetAllow, pr.Masked())
 	}
+	for _, s := range cfg.TargetAllowAddrs {
+		ap, err := netip.ParseAddrPort(s)
+		if err != nil {
+			return fmt.Errorf("netpolicy: target address %q is not ip:port: %w", s, err)
+		}
+		if p.targetAddrs == nil {
+			p.targetAddrs = map[netip.AddrPort]bool{}
+		}
+		p.targetAddrs[netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())] = true
+	}
 	suffixes := cfg.ClusterSuffixes
 	if suffixes == nil {
 		suffixes = DefaultClusterSuffixes
@@ -143,7 +153,7 @@ func (p *Policy) checkTargetAddr(a netip.Addr, port uint16) error {
 			return deny("embeds " + v4.String() + ": " + err.(*DeniedError).Reason)
 		}
 	}
-	if p.targetAllowed(a) {
+	if p.targetAllowed(a) || port != 0 && p.targetAddrs[netip.AddrPortFrom(a, port)] {
 		return nil
 	}
 	switch {

@@ -86,6 +86,10 @@ func TestCheckTarget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	demo, err := New(Config{OwnListeners: []string{"127.0.0.1:8080"}, TargetAllowAddrs: []string{"127.0.0.1:8092", "127.0.0.1:8080"}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		name string
 		pol  *Policy
@@ -149,6 +153,12 @@ func TestCheckTarget(t *testing.T) {
 		{"private outside allow", tests, "10.0.0.1", 80, ErrDenied},
 		{"custom suffix", custom, "git.corp.example", 443, ErrDenied},
 		{"custom replaces defaults", custom, "redis.default.svc", 443, nil},
+		{"demo site allowed", demo, "127.0.0.1", 8092, nil},
+		{"demo site mapped", demo, "::ffff:127.0.0.1", 8092, nil},
+		{"demo host other port", demo, "127.0.0.1", 6379, ErrDenied},
+		{"demo port other host", demo, "127.0.0.2", 8092, ErrDenied},
+		{"demo site by name is a name", demo, "localhost", 8092, ErrDenied},
+		{"own listener beats the allowed address", demo, "127.0.0.1", 8080, ErrDenied},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -157,6 +167,14 @@ func TestCheckTarget(t *testing.T) {
 				t.Errorf("CheckTarget(%q, %d) = %v, want %v", tc.host, tc.port, err, tc.want)
 			}
 		})
+	}
+}
+
+func TestTargetAllowAddrsMustBeIPPort(t *testing.T) {
+	for _, bad := range []string{"localhost:8092", "127.0.0.1", ":8092"} {
+		if _, err := New(Config{TargetAllowAddrs: []string{bad}}); err == nil {
+			t.Errorf("New with TargetAllowAddrs %q: no error", bad)
+		}
 	}
 }
 
