@@ -113,12 +113,12 @@ func TestListLeaseRenewReportRelease(t *testing.T) {
 		t.Fatalf("renewed expiry %v, want %v", renewed.ExpiresAt, a.clock.Now().Add(2*time.Minute))
 	}
 
-	// The site's Retry-After (rounded up to whole seconds) is the cooldown.
+	// The site's Retry-After (rounded up to whole seconds) is the cooldown; a rate limit is no strike (decision 0261).
 	cd, err := c.Report(ctx, got.ID, client.Report{Result: client.ResultRateLimited, Target: "shop.example", RetryAfter: 1500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cd.ProxyID != "crawl/eu-1" || cd.Strikes != 1 || cd.Until == nil || !cd.Until.Equal(a.clock.Now().Add(2*time.Second)) {
+	if cd.ProxyID != "crawl/eu-1" || cd.Strikes != 0 || cd.Until == nil || !cd.Until.Equal(a.clock.Now().Add(2*time.Second)) {
 		t.Fatalf("report = %+v", cd)
 	}
 	ok, err := c.Report(ctx, got.ID, client.Report{Result: client.ResultOK, Target: "shop.example"})

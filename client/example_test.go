@@ -84,7 +84,7 @@ func Example() {
 	// Output:
 	// /a via crawl/eu-1: 200 page /a
 	// /b via crawl/eu-1: 429 slow down
-	// reported rate_limited: strike 1
+	// reported rate_limited: strike 0
 	// no match: 1 matching, 1 cooling for the site, free in about 30s
 }
 
