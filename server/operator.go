@@ -11,8 +11,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/netip"
 	"net/http"
+	"net/netip"
 	"sync"
 	"time"
 

@@ -152,4 +152,3 @@ func attackUnauthTrickle(t *testing.T, c *child, good proxyDesc, dur time.Durati
 	}
 	l.finish(t, "unauth trickled bodies", c)
 }
-
