@@ -200,8 +200,11 @@ type ProxyList struct {
 	// Complete is false right after an operator restart: a missing proxy may exist.
 	Complete   bool       `json:"complete"`
 	CompleteAt *time.Time `json:"completeAt,omitempty"`
-	Count      int        `json:"count"`
-	Proxies    []Proxy    `json:"proxies"`
+	// Count is len(Proxies): the proxies of this page (of all pages, from List without a Limit).
+	Count   int     `json:"count"`
+	Proxies []Proxy `json:"proxies"`
+	// Continue, when not empty, asks for the next page (ListOptions.Continue): more proxies match.
+	Continue string `json:"continue,omitempty"`
 }
 
 // ListOptions filter a list. Zero value: every proxy.
@@ -210,9 +213,17 @@ type ListOptions struct {
 	Selector map[string]string
 	// Healthy, when set, keeps only healthy (true) or unhealthy (false) proxies.
 	Healthy *bool
+	// Limit, when above 0, asks for one page of at most Limit proxies (the server caps it at
+	// 1,000 and at about 1 MiB of JSON), starting after Continue. Zero: List follows the pages
+	// itself and returns every match.
+	Limit    int
+	Continue string
 }
 
-// List lists proxies.
+// maxListPages bounds the pages List follows: 1,000 pages of up to 1,000 proxies.
+const maxListPages = 1000
+
+// List lists proxies: one page when o.Limit is set, else every page.
 func (c *Client) List(ctx context.Context, o ListOptions) (*ProxyList, error) {
 	q := url.Values{}
 	for k, v := range o.Selector {
@@ -221,11 +232,34 @@ func (c *Client) List(ctx context.Context, o ListOptions) (*ProxyList, error) {
 	if o.Healthy != nil {
 		q.Set("healthy", strconv.FormatBool(*o.Healthy))
 	}
-	var out ProxyList
-	if err := c.do(ctx, http.MethodGet, "/v1/proxies", q, nil, &out, maxListBytes, idempotent); err != nil {
-		return nil, err
+	if o.Limit > 0 {
+		q.Set("limit", strconv.Itoa(o.Limit))
 	}
-	return &out, nil
+	all := ProxyList{Complete: true, Proxies: []Proxy{}}
+	cont := o.Continue
+	for range maxListPages {
+		if cont != "" {
+			q.Set("continue", cont)
+		}
+		var page ProxyList
+		if err := c.do(ctx, http.MethodGet, "/v1/proxies", q, nil, &page, maxListBytes, idempotent); err != nil {
+			return nil, err
+		}
+		if o.Limit > 0 {
+			return &page, nil
+		}
+		all.Complete = all.Complete && page.Complete
+		if page.CompleteAt != nil {
+			all.CompleteAt = page.CompleteAt
+		}
+		all.Proxies = append(all.Proxies, page.Proxies...)
+		all.Count = len(all.Proxies)
+		if page.Continue == "" || page.Continue == cont {
+			return &all, nil
+		}
+		cont = page.Continue
+	}
+	return nil, fmt.Errorf("list: more than %d pages", maxListPages)
 }
 
 // LeaseRequest asks for a lease. Zero value: any healthy proxy for the server's default TTL.

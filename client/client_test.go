@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -493,5 +494,28 @@ func TestTransportErrorsRetriedOnlyWhenIdempotent(t *testing.T) {
 	}
 	if cd, err := c.Report(ctx, l.ID, client.Report{Result: client.ResultBanned, Target: "x.example"}); err != nil || cd.Strikes != 2 {
 		t.Fatalf("second report: %+v, %v; want strike 2 (the cut one counted once)", cd, err)
+	}
+}
+
+// TestListFollowsPages: List without a Limit returns every proxy across the server's pages
+// (500 each); with a Limit, one page and its Continue.
+func TestListFollowsPages(t *testing.T) {
+	a := startAPI(t, "", 0)
+	for i := range 1100 {
+		a.addProxy(fmt.Sprintf("p%04d", i), fmt.Sprintf("10.2.%d.%d", i/256, i%256), "eu", lifecycle.HealthHealthy, 1)
+	}
+	c, _ := newClient(t, a)
+	ctx := context.Background()
+	all, err := c.List(ctx, client.ListOptions{})
+	if err != nil || all.Count != 1100 || len(all.Proxies) != 1100 || all.Continue != "" || !all.Complete {
+		t.Fatalf("List = count %d, %d proxies, continue %q, %v", all.Count, len(all.Proxies), all.Continue, err)
+	}
+	page, err := c.List(ctx, client.ListOptions{Limit: 10})
+	if err != nil || page.Count != 10 || page.Continue == "" {
+		t.Fatalf("List(Limit 10) = %+v, %v", page, err)
+	}
+	next, err := c.List(ctx, client.ListOptions{Limit: 10, Continue: page.Continue})
+	if err != nil || next.Count != 10 || next.Proxies[0].ID != "crawl/p0010" {
+		t.Fatalf("second page = %+v, %v", next, err)
 	}
 }

@@ -43,6 +43,14 @@ const (
 	maxTargetLen     = 253
 	maxSessionKeyLen = 256
 
+	// A GET /v1/proxies page holds at most limit proxies (defaultListLimit unless the query
+	// says, up to maxListLimit) and about listPageBytes of JSON (at least one proxy): a fleet
+	// of long attributes pages by size before count (issue 30: 6.1 MB unpaged answers).
+	defaultListLimit = 500
+	maxListLimit     = 1000
+	listPageBytes    = 1 << 20
+	maxContinueLen   = 512 // base64 of the longest id, namespace/name: 63+1+253 bytes
+
 	// unavailableRetryAfter is the Retry-After of a 503 for a shared store that is out: short,
 	// since a Redis restart or failover takes seconds.
 	unavailableRetryAfter = 1

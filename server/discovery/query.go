@@ -1,49 +1,84 @@
 package discovery
 
 import (
+	"encoding/base64"
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/proxy-operator/proxy-operator/server/httpx"
 )
 
-// parseListQuery accepts only attr.<key>=<value> (once per key) and healthy=true|false.
-func parseListQuery(r *http.Request) (map[string]string, *bool, error) {
+// listQuery is a parsed GET /v1/proxies query.
+type listQuery struct {
+	sel     map[string]string
+	healthy *bool
+	limit   int    // proxies per page, 1..maxListLimit
+	after   string // the id the page starts after ("": the first page)
+}
+
+// parseListQuery accepts only attr.<key>=<value> (once per key), healthy=true|false,
+// limit=1..maxListLimit and continue (the previous page's value).
+func parseListQuery(r *http.Request) (listQuery, error) {
 	// url.Values from r.URL.Query() drops a pair it cannot decode, which silently widened a
 	// filter to the whole fleet: a query that does not parse is a 400.
 	q, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {
-		return nil, nil, httpx.Errorf(http.StatusBadRequest, "malformed query: %s", err.Error())
+		return listQuery{}, httpx.Errorf(http.StatusBadRequest, "malformed query: %s", err.Error())
 	}
-	sel := map[string]string{}
-	var healthy *bool
+	lq := listQuery{sel: map[string]string{}, limit: defaultListLimit}
 	for k, vs := range q {
 		switch {
 		case k == "healthy":
 			if len(vs) != 1 || (vs[0] != "true" && vs[0] != "false") {
-				return nil, nil, httpx.Errorf(http.StatusBadRequest, "query parameter healthy: want exactly one of true or false")
+				return listQuery{}, httpx.Errorf(http.StatusBadRequest, "query parameter healthy: want exactly one of true or false")
 			}
 			b := vs[0] == "true"
-			healthy = &b
+			lq.healthy = &b
+		case k == "limit":
+			n, err := strconv.Atoi(vs[0])
+			if len(vs) != 1 || err != nil || n < 1 || n > maxListLimit {
+				return listQuery{}, httpx.Errorf(http.StatusBadRequest, "query parameter limit: want one whole number from 1 to %d", maxListLimit)
+			}
+			lq.limit = n
+		case k == "continue":
+			after, ok := decodeContinue(vs[0])
+			if len(vs) != 1 || !ok {
+				return listQuery{}, httpx.Errorf(http.StatusBadRequest, "query parameter continue: want the previous page's continue value, unchanged")
+			}
+			lq.after = after
 		case strings.HasPrefix(k, "attr."):
 			key := strings.TrimPrefix(k, "attr.")
 			if len(vs) != 1 {
-				return nil, nil, httpx.Errorf(http.StatusBadRequest, "query parameter %s: given %d times; selectors are equality on one value", k, len(vs))
+				return listQuery{}, httpx.Errorf(http.StatusBadRequest, "query parameter %s: given %d times; selectors are equality on one value", k, len(vs))
 			}
 			if err := checkSelectorPair(key, vs[0]); err != nil {
-				return nil, nil, httpx.Wrap(http.StatusBadRequest, err, "query parameter %s", k)
+				return listQuery{}, httpx.Wrap(http.StatusBadRequest, err, "query parameter %s", k)
 			}
-			sel[key] = vs[0]
+			lq.sel[key] = vs[0]
 		default:
-			return nil, nil, httpx.Errorf(http.StatusBadRequest, "unknown query parameter %q: want attr.<key>=<value> or healthy=true|false", k)
+			return listQuery{}, httpx.Errorf(http.StatusBadRequest, "unknown query parameter %q: want attr.<key>=<value>, healthy=true|false, limit or continue", k)
 		}
 	}
-	if len(sel) > maxSelectorPairs {
-		return nil, nil, httpx.Errorf(http.StatusBadRequest, "selector has %d pairs, at most %d", len(sel), maxSelectorPairs)
+	if len(lq.sel) > maxSelectorPairs {
+		return listQuery{}, httpx.Errorf(http.StatusBadRequest, "selector has %d pairs, at most %d", len(lq.sel), maxSelectorPairs)
 	}
-	return sel, healthy, nil
+	return lq, nil
+}
+
+// encodeContinue makes the last id of a page the next page's opaque start; decodeContinue
+// reads it back.
+func encodeContinue(id string) string { return base64.RawURLEncoding.EncodeToString([]byte(id)) }
+
+func decodeContinue(s string) (string, bool) {
+	if s == "" || len(s) > maxContinueLen {
+		return "", false
+	}
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	return string(b), err == nil && utf8.Valid(b)
 }
 
 // checkSelectorPair rejects keys outside attribute-key syntax: anything else (!=, in (...),

@@ -205,11 +205,25 @@ class Client:
             raise APIError(res.status_code, message, payload, wait)
 
     def list_proxies(self, healthy: Optional[bool] = None, **attrs: str) -> Dict[str, Any]:
-        """``GET /v1/proxies``: ``{"complete", "count", "proxies"}``. Never carries credentials."""
+        """``GET /v1/proxies``: ``{"complete", "count", "proxies"}``, every page of it (the server
+        answers at most 500 proxies a page and a ``continue`` value for the next one). Never
+        carries credentials."""
         params = {f"attr.{k}": v for k, v in attrs.items()}
         if healthy is not None:
             params["healthy"] = "true" if healthy else "false"
-        return self._call("GET", "/v1/proxies", params=params).json()
+        out: Dict[str, Any] = {"complete": True, "count": 0, "proxies": []}
+        for _ in range(1000):
+            page = self._call("GET", "/v1/proxies", params=params).json()
+            out["complete"] = out["complete"] and bool(page.get("complete"))
+            if page.get("completeAt"):
+                out["completeAt"] = page["completeAt"]
+            out["proxies"].extend(page.get("proxies") or [])
+            out["count"] = len(out["proxies"])
+            cont = page.get("continue")
+            if not cont or cont == params.get("continue"):
+                return out
+            params["continue"] = cont
+        raise APIError(0, "list_proxies: more than 1000 pages", {}, None)
 
     def lease(self, selector: Optional[Mapping[str, str]] = None, ttl_seconds: Optional[int] = None,
               target: Optional[str] = None, session_key: Optional[str] = None,

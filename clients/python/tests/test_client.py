@@ -96,3 +96,45 @@ def test_lease_waits_for_a_cooldown(operator):
         api.release(lease.lease_id)
     assert lease.proxy["attributes"]["name"] == "alpha"
     assert sleeps and all(0 < s <= 2 for s in sleeps), sleeps
+
+
+def test_list_proxies_follows_every_page():
+    """The server pages its list (500 a page, ``continue`` for the next): the client walks
+    every page and answers one list. Against a stand-in that pages by 2."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from urllib.parse import parse_qs, urlparse
+
+    ids = [f"crawl/p{i}" for i in range(5)]
+    seen = []
+
+    class Pages(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            q = parse_qs(urlparse(self.path).query)
+            seen.append(q)
+            start = int(q["continue"][0]) if "continue" in q else 0
+            page = {"complete": True, "count": len(ids[start:start + 2]),
+                    "proxies": [{"id": i} for i in ids[start:start + 2]]}
+            if start + 2 < len(ids):
+                page["continue"] = str(start + 2)
+            body = json.dumps(page).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Pages)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        api = Client(f"http://127.0.0.1:{srv.server_address[1]}", token="t" * 16)
+        listing = api.list_proxies(healthy=True, geo="eu")
+        assert [p["id"] for p in listing["proxies"]] == ids and listing["count"] == 5
+        assert len(seen) == 3 and all(q["attr.geo"] == ["eu"] and q["healthy"] == ["true"] for q in seen)
+    finally:
+        srv.shutdown()
+        srv.server_close()
