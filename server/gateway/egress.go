@@ -81,8 +81,8 @@ func (g *Gateway) checkTarget(r *http.Request, kind string) error {
 		return nil
 	case errors.As(err, &de):
 		g.egressDenied.WithLabelValues("target").Inc()
-		return &httpx.Error{Code: http.StatusForbidden, Err: err,
-			Message: fmt.Sprintf("target %.80q refused by the gateway's egress policy: %s", hostport, de.Reason)}
+		return refuse(http.StatusForbidden, ReasonTargetDenied,
+			fmt.Sprintf("target %.80q refused by the gateway's egress policy: %s", hostport, de.Reason), g.Now(), time.Time{}, 0, err)
 	default:
 		return &httpx.Error{Code: http.StatusBadRequest, Err: err, Message: fmt.Sprintf("host %.80q: want a host name or address", hostport)}
 	}

@@ -31,9 +31,12 @@ func TestTargetsRefusedBeforeLeasing(t *testing.T) {
 	for _, target := range targets {
 		for _, method := range []string{http.MethodGet, http.MethodConnect} {
 			t.Run(method+" "+target, func(t *testing.T) {
-				status, _, body := rawProxy(t, e.addr, method, target, basicAuth("", token))
+				status, head, body := rawProxy(t, e.addr, method, target, basicAuth("", token))
 				if status != http.StatusForbidden {
 					t.Fatalf("%s %s: %d %q, want 403", method, target, status, body)
+				}
+				if !strings.Contains(head, gateway.HeaderError+": "+gateway.ReasonTargetDenied) {
+					t.Errorf("%s %s: head %q lacks %s: %s", method, target, head, gateway.HeaderError, gateway.ReasonTargetDenied)
 				}
 				var got struct{ Error string }
 				if err := json.Unmarshal([]byte(body), &got); err != nil || !strings.Contains(got.Error, "egress policy") {

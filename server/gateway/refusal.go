@@ -18,10 +18,11 @@ const HeaderError = "X-Proxy-Operator-Error"
 
 // The values of HeaderError and of the JSON body's reason.
 const (
-	ReasonSiteCooling = "site_cooling" // every upstream that fits is cooling for the site
-	ReasonNoMatch     = "no_match"     // no Proxy matches the selector, or none is healthy
-	ReasonAtCapacity  = "at_capacity"  // upstreams fit but are in use (for the site, or full)
-	ReasonQueueFull   = "queue_full"   // the site's queue is full, or its pace allowed nothing in time
+	ReasonSiteCooling  = "site_cooling"  // every upstream that fits is cooling for the site
+	ReasonNoMatch      = "no_match"      // no Proxy matches the selector, or none is healthy
+	ReasonAtCapacity   = "at_capacity"   // upstreams fit but are in use (for the site, or full)
+	ReasonQueueFull    = "queue_full"    // the site's queue is full, or its pace allowed nothing in time
+	ReasonTargetDenied = "target_denied" // the egress policy refuses the target (403, decision 0250)
 )
 
 // refusal is a request the gateway answers itself because no upstream could take it: the
