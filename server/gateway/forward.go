@@ -85,6 +85,8 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, p pick) error 
 		final   *hold
 		lastErr error
 		tries   int
+		again   *hold  // a session's upstream that answered 429: the next try waits for its pace
+		moved   string // why a session leaves its upstream (HeaderSessionMoved)
 	)
 	defer func() {
 		for _, h := range held {
@@ -92,14 +94,27 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, p pick) error 
 		}
 	}()
 	for tries < g.MaxTries && (tries == 0 || body.retryable()) {
-		h, tk, err := g.take(ctx, p, target, held, true)
+		var (
+			h   *hold
+			tk  paceTicket
+			err error
+		)
+		if again != nil {
+			h = again
+			tk, err = g.waitPace(ctx, target, h.l.Proxy.Key, g.Now().Add(g.QueueWait))
+		} else {
+			h, tk, err = g.take(ctx, p, target, held, true)
+		}
 		if err != nil {
 			if tries == 0 {
 				return g.leaseError(err)
 			}
 			break // answer with what the last try got
 		}
-		held = append(held, h)
+		if again == nil {
+			held = append(held, h)
+		}
+		again = nil
 		tries++
 		try := out.Clone(g.upstreamContext(ctx, h))
 		if try.Body, err = body.next(); err != nil {
@@ -150,6 +165,9 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, p pick) error 
 				if suspect != nil {
 					// Another upstream was let in: the first one's 403 was a ban of it.
 					g.report(ctx, suspect.h, target, suspect.rule, suspect.hdr)
+					if suspect.h.slot != nil {
+						moved = "banned"
+					}
 					suspect = nil
 				}
 			}
@@ -171,6 +189,19 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, p pick) error 
 		if rule.Result == lease.ResultRateLimited {
 			// A retry waits for the next upstream whose pace allows it (take), never at once.
 			g.pace.limited(tk, retryAfter(resp.Header, g.Now(), g.MaxRetryAfter))
+			if h.slot != nil {
+				// A session keeps its upstream through a 429: the pace just learned (floored
+				// by Retry-After) holds its next send back; no cooldown moves it (decision 0269).
+				g.m.bans.WithLabelValues(rule.Name, string(rule.Result)).Inc()
+				g.Log.Info("gateway rate limiting detected; the session keeps its upstream", "proxy", h.l.Proxy.Key, "target", target, "rule", rule.Name)
+				if body.retryable() && tries < g.MaxTries {
+					again = h
+				}
+				continue
+			}
+		}
+		if h.slot != nil {
+			moved = "banned"
 		}
 		g.report(ctx, h, target, rule, resp.Header)
 		if body.retryable() && tries < g.MaxTries {
@@ -184,6 +215,9 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, p pick) error 
 	if suspect != nil {
 		// No second opinion came (no retry, or no other upstream): the 403 counts as a ban.
 		g.report(ctx, suspect.h, target, suspect.rule, suspect.hdr)
+		if suspect.h.slot != nil {
+			moved = "banned"
+		}
 	}
 	g.m.tries.WithLabelValues(kindRequest).Observe(float64(tries))
 	if resp == nil {
@@ -212,6 +246,9 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, p pick) error 
 	removeHop(hdr)
 	hdr.Set(HeaderProxy, final.l.Proxy.Key)
 	hdr.Set(HeaderTries, strconv.Itoa(tries))
+	if moved != "" {
+		hdr.Set(HeaderSessionMoved, moved)
+	}
 	w.WriteHeader(resp.StatusCode)
 	g.m.outcome(kindRequest, "ok")
 	g.m.bytes(final, "out", r.ContentLength)

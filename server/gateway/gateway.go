@@ -51,6 +51,9 @@ const (
 const (
 	HeaderProxy = "X-Proxy-Operator-Proxy"
 	HeaderTries = "X-Proxy-Operator-Tries"
+	// HeaderSessionMoved says a session's upstream was left during the request, and why
+	// ("banned"): its next requests go through the new one (decision 0269).
+	HeaderSessionMoved = "X-Proxy-Operator-Session-Moved"
 )
 
 // FleetSource says whether the fleet view can be trusted yet (after a restart it fills as

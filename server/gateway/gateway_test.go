@@ -308,6 +308,9 @@ func TestStickySessionMovesOnlyAfterBan(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || moved == stuck || resp.Header.Get(gateway.HeaderTries) != "2" {
 		t.Fatalf("after the ban: %d through %s after %s tries, want 200 through another after 2", resp.StatusCode, moved, resp.Header.Get(gateway.HeaderTries))
 	}
+	if why := resp.Header.Get(gateway.HeaderSessionMoved); why != "banned" {
+		t.Errorf("%s: %q after the ban, want banned", gateway.HeaderSessionMoved, why)
+	}
 	for i := range 3 {
 		resp, _ := get(t, c, s.url(fmt.Sprintf("/moved/%d", i)))
 		if got := resp.Header.Get(gateway.HeaderProxy); got != moved {

@@ -78,12 +78,17 @@ func (g *Gateway) take(ctx context.Context, p pick, target string, own []*hold, 
 	if h != nil && !h.bad && !slices.Contains(own, h) {
 		h.refs++
 	} else {
+		// A session bound already gets its upstream whatever Avoid says; a new one avoids the
+		// upstreams the site saw last, so distinct sessions take distinct upstreams while
+		// there are enough (decision 0269).
+		req.Avoid = g.recentFor(target)
 		l, err := g.acquire(ctx, req, len(own))
 		if err != nil {
 			s.mu.Unlock()
 			g.leaveSlot(s)
 			return nil, paceTicket{}, err
 		}
+		g.noteUse(target, l.Proxy.Key, req.Avoid)
 		h = g.newHold(l, s)
 		s.h = h // an older hold keeps its users and ends with them
 	}
