@@ -1,16 +1,18 @@
-# proxy-operator quickstart: build, start the operator with a demo fleet of 3 mock proxies (no
-# cluster needed), list them, lease one, fetch through it, report and release. Paste it into
-# bash from the repository root, or run `make demo`. The operator stops when the block ends.
+# proxy-operator quickstart: build, start the operator with a demo fleet of 3 mock proxies and a
+# demo site (no cluster needed), list them, lease one, fetch through it, report and release;
+# then crawl the demo site through the gateway as a plain curl loop would. Paste it into bash
+# from the repository root, or run `make demo`. The operator stops when the block ends.
 # The lease's credential lives only in a shell variable: nothing is written to disk but the log.
 (
 set -eu
 HOOK=${HOOK_ADDR:-127.0.0.1:8080} DISC=${DISCOVERY_ADDR:-127.0.0.1:8090} BIN=${BIN:-bin/proxy-operator}
+GW=${GATEWAY_ADDR:-127.0.0.1:8091} SITE=${DEMO_SITE_ADDR:-127.0.0.1:8092}
 export GOTOOLCHAIN=${GOTOOLCHAIN:-go1.27.3} DISCOVERY_TOKEN=${DISCOVERY_TOKEN:-quickstart-token}
 LOG=${TMPDIR:-/tmp}/proxy-operator-quickstart.log
 auth="Authorization: Bearer $DISCOVERY_TOKEN"
 echo "== build $BIN (the flags of make build; about 15 s with a warm Go cache, minutes on an empty one)"
 start=$(date +%s); CGO_ENABLED=0 go build -trimpath -o "$BIN" .; echo "   built in $(( $(date +%s) - start )) s"
-KUBECONFIG= "$BIN" -hook-addr "$HOOK" -hooks-insecure -discovery-addr "$DISC" -log-format text -fleet-warmup 0s -demo-proxies 3 >"$LOG" 2>&1 &
+KUBECONFIG= "$BIN" -hook-addr "$HOOK" -hooks-insecure -discovery-addr "$DISC" -gateway-addr "$GW" -demo-site-addr "$SITE" -log-format text -fleet-warmup 0s -demo-proxies 3 >"$LOG" 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null || true; echo "== operator stopped (its log: $LOG)"' EXIT
 echo "== waiting for the demo fleet: 3 healthy proxies (GET /v1/proxies?healthy=true)"
@@ -32,5 +34,10 @@ echo "== through the proxy: $(curl -s -o /dev/null -w '%{http_code}' -x "${proxy
 echo "== report rate_limited for example.com, then release"
 curl -fsS -XPOST -H "$auth" "http://$DISC/v1/leases/$id/report" -d '{"result":"rate_limited","target":"example.com","retryAfterSeconds":30}'
 echo "   release: HTTP $(curl -sS -o /dev/null -w '%{http_code}' -XDELETE -H "$auth" "http://$DISC/v1/leases/$id")"
-echo "== quickstart done: a demo fleet, a lease, a request through it"
+echo "== through the gateway: 30 pages of the demo site (2 requests/s per address), 10 at a time, no lease to handle"
+start=$(date +%s)
+codes=$(seq 30 | xargs -P 10 -I{} curl -s -o /dev/null -w '%{http_code}\n' -x "http://any:$DISCOVERY_TOKEN@$GW" "http://$SITE/page/{}" | sort | uniq -c | xargs)
+echo "   status codes (count code): $codes, in $(( $(date +%s) - start )) s (the site's limit allows 30 in 5 s through 3 addresses)"
+curl -fsS "http://$SITE/stats" | jq -c '{servedPerProxy: [.sources[] | .served], answered429: ([.sources[] | .rateLimited] | add)}'
+echo "== quickstart done: a demo fleet, a lease, a request through it, a crawl through the gateway"
 )

@@ -52,7 +52,8 @@ func freeAddr(t *testing.T) string {
 
 // TestQuickstartScript runs scripts/quickstart.sh as a user would (bash, curl, jq, the go
 // command): it builds the binary, starts it with a demo fleet, waits for it to be healthy, and
-// leases a proxy, fetches through it, reports and releases it. Only the ports and the binary's path are moved out of the way.
+// leases a proxy, fetches through it, reports and releases it, then crawls the demo site through
+// the gateway and wants every page 200. Only the ports and the binary's path are moved out of the way.
 func TestQuickstartScript(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary; skipped with -short")
@@ -72,6 +73,7 @@ func TestQuickstartScript(t *testing.T) {
 	cmd := exec.CommandContext(ctx, "bash", filepath.Join("scripts", "quickstart.sh"))
 	cmd.Dir = ".."
 	cmd.Env = append(os.Environ(), "HOOK_ADDR="+freeAddr(t), "DISCOVERY_ADDR="+freeAddr(t),
+		"GATEWAY_ADDR="+freeAddr(t), "DEMO_SITE_ADDR="+freeAddr(t),
 		"BIN="+filepath.Join(dir, "proxy-operator"), "TMPDIR="+dir)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
@@ -83,7 +85,7 @@ func TestQuickstartScript(t *testing.T) {
 		t.Fatalf("quickstart: %v\n%s\noperator log:\n%s", err, out.String(), log)
 	}
 	for _, want := range []string{`"id":"demo/demo-1"`, `"healthy":true`, `"leaseID"`, "407 without its credential, 200 with the lease's proxyURL",
-		`"result":"rate_limited"`, "release: HTTP 204", "quickstart done", "operator stopped"} {
+		`"result":"rate_limited"`, "release: HTTP 204", "status codes (count code): 30 200,", `"servedPerProxy":[`, "quickstart done", "operator stopped"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("quickstart output lacks %q:\n%s", want, out.String())
 		}
