@@ -119,7 +119,7 @@ func NewGateway(cfg GatewayConfig) (_ *Gateway, err error) {
 		return nil, err
 	}
 	gw := &gateway.Gateway{Leases: g.backend.store, Fleet: g.backend.reader, Tokens: tokens, Insecure: cfg.Insecure,
-		Log: log.With("component", "gateway"), Registerer: reg, Egress: egress}
+		Log: log.With("component", "gateway"), Registerer: reg, Egress: egress, Book: g.backend.store}
 	if err := cfg.Gateway.Apply(gw); err != nil {
 		return nil, err
 	}

@@ -437,6 +437,9 @@ func (o *Operator) buildServers(h *hooks.Hooks, disc *discovery.Discovery, token
 		}
 		gw := &gateway.Gateway{Leases: o.store, Fleet: disc.Fleet, Tokens: tokens, Insecure: o.cfg.Discovery.Insecure,
 			Log: o.log.With("component", "gateway"), Registerer: reg, Egress: egress}
+		if o.redis != nil {
+			gw.Book = o.redis.store // the pace shared with the gateway replicas (decision 0268)
+		}
 		if err := o.cfg.Gateway.Apply(gw); err != nil {
 			return err
 		}

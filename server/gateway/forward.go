@@ -188,7 +188,9 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, p pick) error 
 		}
 		if rule.Result == lease.ResultRateLimited {
 			// A retry waits for the next upstream whose pace allows it (take), never at once.
-			g.pace.limited(tk, retryAfter(resp.Header, g.Now(), g.MaxRetryAfter))
+			ra := retryAfter(resp.Header, g.Now(), g.MaxRetryAfter)
+			g.pace.limited(tk, ra)
+			g.holdShared(ctx, tk, ra)
 			if h.slot != nil {
 				// A session keeps its upstream through a 429: the pace just learned (floored
 				// by Retry-After) holds its next send back; no cooldown moves it (decision 0269).

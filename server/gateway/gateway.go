@@ -117,6 +117,8 @@ type Gateway struct {
 	MaxQueue  int
 	// Logins throttles failed logins per source address (nil: the defaults; decision 0257).
 	Logins *httpx.LoginThrottle
+	// Book shares the pace between replicas (nil: this process paces alone; pacebook.go).
+	Book PaceBook
 
 	once         sync.Once
 	transport    *http.Transport

@@ -135,7 +135,12 @@ func (g *Gateway) takePaced(ctx context.Context, req lease.Request, target strin
 			if ready := g.pace.ready(site, l.Proxy.Key); !ready.After(now) {
 				g.noteUse(target, l.Proxy.Key, req.Avoid)
 				h := g.newHold(l, nil)
-				return h, g.pace.reserve(site, l.Proxy.Key), nil
+				t, err := g.booked(ctx, g.pace.reserve(site, l.Proxy.Key), deadline)
+				if err != nil {
+					g.done(h)
+					return nil, paceTicket{}, err
+				}
+				return h, t, nil
 			}
 			// Every upstream that fits is waiting for its pace: free this one and wake when
 			// the first of them may send.
@@ -182,7 +187,7 @@ func (g *Gateway) waitPace(ctx context.Context, target, key string, deadline tim
 		return paceTicket{}, g.paceError(err, site)
 	}
 	if leave == nil {
-		return g.pace.reserve(site, key), nil
+		return g.booked(ctx, g.pace.reserve(site, key), deadline)
 	}
 	t := g.pace.reserve(site, key)
 	leave()
@@ -198,7 +203,7 @@ func (g *Gateway) waitPace(ctx context.Context, target, key string, deadline tim
 			return paceTicket{}, ctx.Err()
 		}
 	}
-	return t, nil
+	return g.booked(ctx, t, deadline)
 }
 
 func (g *Gateway) newHold(l lease.Lease, s *slot) *hold {

@@ -285,6 +285,24 @@ func (p *pacer) limited(t paceTicket, retryAfter time.Duration) {
 	s.lastCut = now
 }
 
+// intervalOf is s's interval between two sends through one upstream now.
+func (p *pacer) intervalOf(s *sitePace) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return s.interval()
+}
+
+// floorOf is the shortest interval the last 429 allows s (the pace never climbs past
+// paceHeadroom of the rate that failed); zero before any 429.
+func (p *pacer) floorOf(s *sitePace) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if s.ceil <= 0 {
+		return 0
+	}
+	return time.Duration(float64(time.Second) / (paceHeadroom * s.ceil))
+}
+
 // SitePace is what the pacer knows of one site.
 type SitePace struct {
 	Site string `json:"site"`
