@@ -79,6 +79,7 @@ func Run(t *testing.T, f Factory) {
 		{"PoolLoad", testPoolLoad},
 		{"TenantQuotas", testTenantQuotas},
 		{"LeasesPerHolder", testLeasesPerHolder},
+		{"HolderShares", testHolderShares},
 		{"BandBeforeLoadAndLatency", testBandOrder},
 		{"AdmitDeniesRecords", testAdmit},
 	} {
