@@ -171,9 +171,9 @@ func (o *Operator) buildMetrics() prometheus.Registerer {
 
 // buildProviders builds the provider set from the providers file, the parsed config or the
 // default, plus the extra entries tests inject; mock proxies refuse to relay to own, the
-// operator's listeners.
+// operator's listeners, and to the lease store's addresses (decision 0251).
 func (o *Operator) buildProviders(reg prometheus.Registerer, own []string) (err error) {
-	ownPolicy, err := netpolicy.New(netpolicy.Config{OwnListeners: own})
+	ownPolicy, err := netpolicy.New(netpolicy.Config{OwnListeners: own, Protected: storeAddrs(o.cfg.Lease.Store)})
 	if err != nil {
 		return err
 	}

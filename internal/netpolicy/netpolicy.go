@@ -291,7 +291,8 @@ func embeddedIPv4(a netip.Addr) (netip.Addr, bool) {
 	return netip.Addr{}, false
 }
 
-// OwnListener says whether ap is one of the operator's own listeners (Config.OwnListeners):
+// OwnListener says whether ap is one of the operator's own listeners (Config.OwnListeners) or
+// a Protected address (the lease store's; a name there stands for its loopback addresses):
 // what a relay the operator runs (a mock proxy) must never reach.
 func (p *Policy) OwnListener(ap netip.AddrPort) bool {
 	return p.isOwn(ap.Addr().Unmap().WithZone(""), ap.Port())

@@ -9,7 +9,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -35,22 +37,42 @@ const (
 	credentialsVolume = "credentials"
 )
 
+// DeniedDestinations are the ranges every Pod's Squid refuses to reach, by the destination
+// address it resolved (Squid's dst ACL), for plain requests and CONNECT alike (issue 30,
+// decision 0251): unspecified, loopback, private, CGNAT, link-local (cloud metadata), the IETF
+// block that holds Oracle's metadata, Azure's wire server, and IPv6 unique-local (AWS and GCP
+// metadata over IPv6). In a cluster these hold every Service, Pod and node address unless the
+// cluster uses public ranges: Config.DeniedCIDRs adds those.
+var DeniedDestinations = []string{
+	"0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12",
+	"192.0.0.0/24", "192.168.0.0/16", "168.63.129.16/32",
+	"::/128", "::1/128", "fc00::/7", "fe80::/10",
+}
+
 // SquidConfig is the squid.conf of every Pod, with the htpasswd file under credentialsDir and
 // run files under runDir. Every request must carry the Proxy's credential (Basic proxy
-// auth); an authenticated client may go anywhere but link-local addresses (cloud metadata).
+// auth); an authenticated client may go anywhere but DeniedDestinations and the extra ranges
+// denied (the cluster's own, Config.DeniedCIDRs), refused with 403 before any allow.
 // basic_ncsa_auth rereads the htpasswd file when its mtime changes, so a rotated Secret is
 // picked up without a restart once the kubelet has updated the mount, and a credential
 // verified once is trusted for credentialsttl only, so an old one stops working soon after.
-func SquidConfig(port int32, credentialsDir, runDir string) string {
+func SquidConfig(port int32, credentialsDir, runDir string, denied ...string) string {
+	// The extra ranges get an ACL of their own: a cluster range inside 10.0.0.0/8 in the same
+	// ACL would be dropped with a warning at every start.
+	extra := ""
+	if len(denied) > 0 {
+		extra = "acl denied_extra dst " + strings.Join(denied, " ") + "\nhttp_access deny denied_extra\n"
+	}
 	return fmt.Sprintf(`http_port %d
 auth_param basic program %s %s/%s
 auth_param basic children 5 startup=1 idle=1
 auth_param basic realm proxy-operator
 auth_param basic credentialsttl 60 seconds
 acl authenticated proxy_auth REQUIRED
-acl link_local dst 169.254.0.0/16 fe80::/10
-http_access deny link_local
-http_access allow authenticated
+acl denied_dst dst %s
+http_access deny !authenticated
+http_access deny denied_dst
+%shttp_access allow authenticated
 http_access deny all
 cache deny all
 forwarded_for delete
@@ -63,7 +85,7 @@ coredump_dir %s
 pinger_enable off
 shutdown_lifetime 3 seconds
 visible_hostname proxy-operator
-`, port, NCSAAuth, credentialsDir, credentials.KeyHtpasswd, runDir, runDir, runDir)
+`, port, NCSAAuth, credentialsDir, credentials.KeyHtpasswd, strings.Join(DeniedDestinations, " "), extra, runDir, runDir, runDir)
 }
 
 // PodTypeKey is how Metacontroller keys observed Pods in a sync request.
@@ -90,12 +112,32 @@ type Config struct {
 	// throttles a proxy under load, so none is set unless asked for.
 	CPULimit    string `json:"cpuLimit,omitempty"`
 	MemoryLimit string `json:"memoryLimit,omitempty"`
+	// DeniedCIDRs are ranges the Pods' Squid refuses to reach besides DeniedDestinations: the
+	// cluster's Service and Pod ranges when they are not private, or any other inside range.
+	DeniedCIDRs []string `json:"deniedCIDRs,omitempty"`
 }
 
-// Validate names the field that does not parse as a Kubernetes quantity.
+// Validate names the field that does not parse as a Kubernetes quantity, or the deniedCIDRs
+// entry that is not a CIDR.
 func (c Config) Validate() error {
+	if _, err := c.denied(); err != nil {
+		return err
+	}
 	_, err := c.resources()
 	return err
+}
+
+// denied is DeniedCIDRs, masked, as Squid's dst ACL reads them.
+func (c Config) denied() ([]string, error) {
+	var out []string
+	for i, s := range c.DeniedCIDRs {
+		pr, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, fmt.Errorf("kubernetes: deniedCIDRs[%d] %q: want a CIDR such as 10.96.0.0/12", i, s)
+		}
+		out = append(out, pr.Masked().String())
+	}
+	return out, nil
 }
 
 func (c Config) resources() (corev1.ResourceRequirements, error) {
@@ -139,6 +181,7 @@ type Provider struct {
 	cfg       Config
 	image     string
 	resources corev1.ResourceRequirements
+	denied    []string
 }
 
 var (
@@ -153,11 +196,15 @@ func New(cfg Config) (*Provider, error) {
 	if err != nil {
 		return nil, err
 	}
+	denied, err := cfg.denied()
+	if err != nil {
+		return nil, err
+	}
 	img := cfg.Image
 	if img == "" {
 		img = DefaultImage
 	}
-	return &Provider{cfg: cfg, image: img, resources: res}, nil
+	return &Provider{cfg: cfg, image: img, resources: res, denied: denied}, nil
 }
 
 // errUnbound is returned by calls made outside a sync: Pods are created and deleted only by
@@ -344,7 +391,7 @@ func (p *Provider) pod(req providers.CreateRequest, parent providers.Parent) *co
 	// The image's own squid.conf is replaced by one that listens where spec.port (and the
 	// readiness probe) say and demands the credential from the mounted Secret.
 	c.Command = []string{"/bin/sh", "-c", `printf '%s\n' "$SQUID_CONF" > ` + RunDir + `/squid.conf && exec squid -N -f ` + RunDir + `/squid.conf`}
-	c.Env = []corev1.EnvVar{{Name: "SQUID_CONF", Value: SquidConfig(port, CredentialsDir, RunDir)}}
+	c.Env = []corev1.EnvVar{{Name: "SQUID_CONF", Value: SquidConfig(port, CredentialsDir, RunDir, p.denied...)}}
 	c.VolumeMounts = []corev1.VolumeMount{{Name: credentialsVolume, MountPath: CredentialsDir, ReadOnly: true}}
 	owner := req.OwnerUID
 	if owner == "" {

@@ -89,6 +89,8 @@ func TestConfigValidate(t *testing.T) {
 		{"all set", kubernetes.Config{Image: "squid:6", CPURequest: "50m", MemoryRequest: "64Mi", CPULimit: "1", MemoryLimit: "1Gi"}, ""},
 		{"bad memory request", kubernetes.Config{MemoryRequest: "lots"}, `memoryRequest "lots"`},
 		{"bad cpu limit", kubernetes.Config{CPULimit: "1 core"}, `cpuLimit "1 core"`},
+		{"denied CIDRs", kubernetes.Config{DeniedCIDRs: []string{"10.96.0.0/12", "2001:db8::/32"}}, ""},
+		{"bad denied CIDR", kubernetes.Config{DeniedCIDRs: []string{"10.96.0.0/12", "10.244.0.0"}}, `deniedCIDRs[1] "10.244.0.0"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.cfg.Validate()

@@ -72,7 +72,8 @@ func writeHtpasswd(t *testing.T, dir string, child json.RawMessage, mtime time.T
 }
 
 // TestPodSquidDemandsCredential runs the real Squid with the Pod's own command and config
-// (only paths and the listen address moved into a temporary directory on loopback), with the
+// (only paths and the listen address moved into a temporary directory on loopback, and
+// loopback lifted from the denied destinations so the test's targets are reachable), with the
 // htpasswd of a generated credentials Secret: without the credential a request gets 407, with
 // the lease-style proxy URL it goes through (plain HTTP and CONNECT), the prober reports a
 // missing credential as proxy_auth, and a rotated Secret is honoured without a restart.
@@ -132,7 +133,7 @@ func TestPodSquidDemandsCredential(t *testing.T) {
 	start := time.Now().Add(-time.Hour)
 	writeHtpasswd(t, credDir, secret.Child, start)
 
-	addr := startPodSquid(t, bin, c, credDir, runDir)
+	addr := startPodSquid(t, bin, c, credDir, runDir, true)
 	t.Cleanup(func() {
 		if t.Failed() {
 			log, _ := os.ReadFile(filepath.Join(runDir, "cache.log"))
@@ -199,19 +200,21 @@ func fetch(t *testing.T, proxy *url.URL, target string) int {
 }
 
 // startPodSquid runs the container's own shell command with its own SQUID_CONF, paths moved
-// under credDir and runDir and the port onto a free loopback port.
-func startPodSquid(t *testing.T, bin string, c podContainer, credDir, runDir string) string {
+// under credDir and runDir and the port onto a free loopback port. With allowLoopback the
+// loopback ranges leave the denied destinations, so a target on loopback is reachable.
+func startPodSquid(t *testing.T, bin string, c podContainer, credDir, runDir string, allowLoopback bool) string {
 	t.Helper()
 	return squidtest.StartWith(t, squidtest.Launch{Dir: runDir, Command: func(port string) (*exec.Cmd, error) {
-		conf := c.Env[0].Value
-		conf = strings.Replace(conf, "http_port 3128\n", "http_port 127.0.0.1:"+port+"\n", 1)
-		// Through placeholders: the temporary directories themselves live under /tmp.
-		conf = strings.ReplaceAll(conf, kubernetes.CredentialsDir+"/", "\x00C/")
-		conf = strings.ReplaceAll(conf, kubernetes.RunDir+"/", "\x00R/")
-		conf = strings.ReplaceAll(conf, "coredump_dir "+kubernetes.RunDir+"\n", "coredump_dir \x00R\n")
-		conf = strings.ReplaceAll(strings.ReplaceAll(conf, "\x00C", credDir), "\x00R", runDir)
-		if strings.Contains(conf, kubernetes.CredentialsDir) || !strings.Contains(conf, "127.0.0.1:"+port) {
-			return nil, fmt.Errorf("config did not move as expected:\n%s", conf)
+		conf, err := localSquidConf(c.Env[0].Value, port, credDir, runDir)
+		if err != nil {
+			return nil, err
+		}
+		if allowLoopback {
+			lifted := strings.Replace(strings.Replace(conf, " 127.0.0.0/8 ", " ", 1), " ::1/128 ", " ", 1)
+			if len(lifted) != len(conf)-len(" 127.0.0.0/8")-len(" ::1/128") {
+				return nil, fmt.Errorf("loopback not found in the denied destinations:\n%s", conf)
+			}
+			conf = lifted
 		}
 		script := strings.ReplaceAll(c.Command[2], kubernetes.RunDir+"/", runDir+"/")
 		script = strings.Replace(script, "exec squid ", "exec "+bin+" ", 1)
@@ -219,6 +222,21 @@ func startPodSquid(t *testing.T, bin string, c podContainer, credDir, runDir str
 		cmd.Env = append(os.Environ(), "SQUID_CONF="+conf)
 		return cmd, nil
 	}})
+}
+
+// localSquidConf is the Pod's squid.conf with the port on loopback and the paths under
+// credDir and runDir, nothing else changed.
+func localSquidConf(conf, port, credDir, runDir string) (string, error) {
+	conf = strings.Replace(conf, "http_port 3128\n", "http_port 127.0.0.1:"+port+"\n", 1)
+	// Through placeholders: the temporary directories themselves live under /tmp.
+	conf = strings.ReplaceAll(conf, kubernetes.CredentialsDir+"/", "\x00C/")
+	conf = strings.ReplaceAll(conf, kubernetes.RunDir+"/", "\x00R/")
+	conf = strings.ReplaceAll(conf, "coredump_dir "+kubernetes.RunDir+"\n", "coredump_dir \x00R\n")
+	conf = strings.ReplaceAll(strings.ReplaceAll(conf, "\x00C", credDir), "\x00R", runDir)
+	if strings.Contains(conf, kubernetes.CredentialsDir) || !strings.Contains(conf, "127.0.0.1:"+port) {
+		return "", fmt.Errorf("config did not move as expected:\n%s", conf)
+	}
+	return conf, nil
 }
 
 func insecureTLS() *tls.Config { return &tls.Config{InsecureSkipVerify: true} } //nolint:gosec // the test's own server

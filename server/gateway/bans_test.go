@@ -72,13 +72,13 @@ func TestA403OfOneAddressBansThatOne(t *testing.T) {
 }
 
 // TestUpstreamRefusalIsNeverABan: the mock upstream's own 403 (a destination it will not
-// relay to, marked X-Mock-Proxy-Error as Squid marks X-Squid-Error) reaches the client once
-// and bans nobody.
+// relay to, marked X-Mock-Proxy-Error as Squid marks X-Squid-Error) reaches the client once,
+// in the gateway's words (the upstream's page could name its address), and bans nobody.
 func TestUpstreamRefusalIsNeverABan(t *testing.T) {
 	e := newEnv(t, 2, nil)
 	// Not loopback: the mock relays only loopback, and never dials 192.0.2.1 (TEST-NET-1).
 	resp, body := get(t, e.client("", token), "http://192.0.2.1/")
-	if resp.StatusCode != http.StatusForbidden || !strings.Contains(body, "mock proxy") || resp.Header.Get(gateway.HeaderTries) != "1" {
+	if resp.StatusCode != http.StatusForbidden || !strings.Contains(body, "answered 403 for itself") || resp.Header.Get(gateway.HeaderTries) != "1" {
 		t.Errorf("got %d %q after %s tries, want the upstream's 403 after 1", resp.StatusCode, body, resp.Header.Get(gateway.HeaderTries))
 	}
 	if n := e.coolingFor(t, "192.0.2.1"); n != 0 {

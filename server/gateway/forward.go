@@ -228,6 +228,23 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, p pick) error 
 		return &httpx.Error{Code: http.StatusBadGateway, Err: lastErr,
 			Message: "no upstream proxy answered for " + target + " after " + strconv.Itoa(tries) + " tries"}
 	}
+	if upstreamError(resp.Header) {
+		// The upstream's own page names the upstream (Squid's host name, the mock's dial error
+		// from its address): the client gets the gateway's words instead, with the upstream's
+		// status and marker, naming it by its Proxy id (issue 30).
+		resp.Body.Close()
+		hdr := w.Header()
+		for _, k := range upstreamErrorHeaders {
+			if v := resp.Header.Get(k); v != "" {
+				hdr.Set(k, markerValue(v))
+			}
+		}
+		hdr.Set(HeaderProxy, final.l.Proxy.Key)
+		hdr.Set(HeaderTries, strconv.Itoa(tries))
+		return &httpx.Error{Code: resp.StatusCode, Err: errors.New("upstream " + final.l.Proxy.Key + " answered " + resp.Status + " for itself"),
+			Message: "upstream proxy " + final.l.Proxy.Key + " answered " + strconv.Itoa(resp.StatusCode) + " for itself, not for " + target +
+				" (it refused or could not reach the site)"}
+	}
 	defer resp.Body.Close()
 	// Earlier tries free their upstreams now rather than when the body is through.
 	keep := slices.Contains(held, final) // else already done: a rule matched its answer

@@ -271,6 +271,20 @@ func upstreamError(h http.Header) bool {
 	return false
 }
 
+// markerValue is what the client sees of an upstream's error marker: Squid's error code and
+// errno ("ERR_CONNECT_FAIL 111"), the mock's "relay"; anything else (an address, a host name)
+// becomes "upstream".
+func markerValue(v string) string {
+	code, errno, _ := strings.Cut(strings.TrimSpace(v), " ")
+	if code == "" || len(code) > 64 || strings.TrimLeft(code, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_") != "" {
+		return "upstream"
+	}
+	if errno != "" && (len(errno) > 8 || strings.Trim(errno, "0123456789") != "") {
+		return code
+	}
+	return strings.TrimSpace(v)
+}
+
 // hung reports whether a try failed because the site sent no answer head in time (not because
 // the upstream could not be dialled): every other upstream would wait as long.
 func hung(err error) bool {

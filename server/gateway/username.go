@@ -35,9 +35,12 @@ type Selection struct {
 //	pair     = key "-" value
 //
 // Keys are "session" (sticky session id), "ns" (namespace) or an attribute key; every other
-// pair is a selector on the upstream's attributes. A "-" inside a key or value is written
-// %2D (any byte may be percent-encoded). So pool-web-geo-eu-session-a1b2-ns-team selects
-// pool=web, geo=eu in namespace team with session a1b2.
+// pair is a selector on the upstream's attributes. u is the username exactly as the Basic
+// credential carries it; it is split on "-" and each part percent-decoded once, so a "-" inside a
+// key or value is %2D in the credential (any byte may be percent-encoded). Clients decode a proxy
+// URL's userinfo once before they send it (curl, requests, Scrapy), so in a URL that is %252D.
+// So pool-web-geo-eu-session-a1b2-ns-team selects pool=web, geo=eu in namespace team with
+// session a1b2.
 func ParseUsername(u string) (Selection, error) {
 	sel := Selection{Selector: map[string]string{}}
 	if u == "" || u == "any" {
@@ -48,7 +51,7 @@ func ParseUsername(u string) (Selection, error) {
 	}
 	parts := strings.Split(u, "-")
 	if len(parts)%2 != 0 {
-		return Selection{}, fmt.Errorf("%w %q: %d parts separated by '-', want key-value pairs (write a '-' inside a value as %%2D)", ErrUsername, u, len(parts))
+		return Selection{}, fmt.Errorf("%w %q: %d parts separated by '-', want key-value pairs (a '-' inside a value is %%2D in the credential: write %%252D in a proxy URL, which clients decode once)", ErrUsername, u, len(parts))
 	}
 	if len(parts)/2 > maxSelectorPairs+2 {
 		return Selection{}, fmt.Errorf("%w: %d pairs, at most %d", ErrUsername, len(parts)/2, maxSelectorPairs+2)
