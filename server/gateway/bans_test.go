@@ -15,7 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/proxy-operator/proxy-operator/lease"
+	"github.com/proxy-operator/proxy-operator/server/discovery"
 	"github.com/proxy-operator/proxy-operator/server/gateway"
 )
 
@@ -191,5 +194,35 @@ func TestLogsSayRateLimitedOrBanned(t *testing.T) {
 				t.Errorf("logged %s\nwant level=%s msg=%q", got[0], tc.wantLvl, tc.wantMsg)
 			}
 		})
+	}
+}
+
+// TestGatewayReportsAreCounted: the gateway's own reports are counted in the process's
+// reports counter with source gateway (issue 31 part 6: they were not counted at all).
+func TestGatewayReportsAreCounted(t *testing.T) {
+	reports := discovery.NewReportCounter()
+	e := newEnv(t, 2, func(g *gateway.Gateway) { g.Reports = reports })
+	var first atomic.Value
+	s := newSite(t, func(w http.ResponseWriter, r *http.Request, from string) {
+		first.CompareAndSwap(nil, from)
+		if first.Load() == from {
+			w.Header().Set("Retry-After", "60")
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+	})
+	if resp, _ := get(t, e.client("", token), s.url("/")); resp.StatusCode != http.StatusOK {
+		t.Fatalf("got %d, want the second upstream's 200", resp.StatusCode)
+	}
+	for _, tc := range []struct {
+		result, source string
+		want           float64
+	}{
+		{"rate_limited", "gateway", 1},
+		{"rate_limited", "api", 0},
+		{"banned", "gateway", 0},
+	} {
+		if got := testutil.ToFloat64(reports.WithLabelValues(tc.result, tc.source)); got != tc.want {
+			t.Errorf("reports{result=%s,source=%s} = %v, want %v", tc.result, tc.source, got, tc.want)
+		}
 	}
 }

@@ -297,6 +297,9 @@ func (g *Gateway) report(ctx context.Context, h *hold, target string, r *Rule, h
 		g.Log.Warn("gateway report not recorded", "proxy", h.l.Proxy.Key, "target", target, "rule", r.Name, "result", r.Result, "err", err)
 		return
 	}
+	if g.Reports != nil {
+		g.Reports.WithLabelValues(string(r.Result), "gateway").Inc()
+	}
 	if r.Result == lease.ResultRateLimited {
 		// Slow down, not a ban (decision 0261): routine when a site's pace is being learned.
 		g.Log.Info("gateway upstream rate limited by site", "proxy", h.l.Proxy.Key, "target", target, "rule", r.Name,
