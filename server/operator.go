@@ -448,6 +448,7 @@ func (o *Operator) buildServers(h *hooks.Hooks, disc *discovery.Discovery, token
 		memLimit, _ := membudget.Limit(o.cfg.Hooks.MemoryLimit)
 		gw.Budget = gateway.BudgetFor(memLimit)
 		o.gwSrv, o.gwLn = gw.Server(), gw.Listener(o.gwLn)
+		disc.Sites = gw // /v1/sites reads its pacer
 	}
 	return nil
 }

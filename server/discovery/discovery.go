@@ -103,6 +103,9 @@ type Discovery struct {
 	// in, with source api, shared with the gateway of the same process, which counts its
 	// reports in it too; its maker registers it. Nil: discovery makes and registers its own.
 	Reports *prometheus.CounterVec
+	// Sites is the gateway of the same process, read by GET /v1/sites for each site's pace
+	// (nil: no gateway here; the sites shown are those cooling, without a pace).
+	Sites SitesView
 
 	once       sync.Once
 	lastActive atomic.Int64 // the gauge's value when the store cannot answer
@@ -243,6 +246,7 @@ func (d *Discovery) Handler() http.Handler {
 	d.once.Do(d.init)
 	r := httpx.NewRouter(d.http.observe, d.auth)
 	r.Get("/v1/proxies", d.serve(d.listProxies))
+	r.Get("/v1/sites", d.serve(d.listSites))
 	r.Post("/v1/leases", d.serve(d.acquire))
 	r.Delete("/v1/leases/{id}", d.serve(d.release))
 	r.Post("/v1/leases/{id}/renew", d.serve(d.renew))
