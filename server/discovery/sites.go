@@ -5,8 +5,8 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
-	"time"
 
+	"github.com/proxy-operator/proxy-operator/client"
 	"github.com/proxy-operator/proxy-operator/lease"
 	"github.com/proxy-operator/proxy-operator/server/discovery/access"
 	"github.com/proxy-operator/proxy-operator/server/httpx"
@@ -36,36 +36,6 @@ type SitesView interface {
 	Sites() []SitePace
 }
 
-// sitesJSON is GET /v1/sites' answer.
-type sitesJSON struct {
-	Sites []siteJSON `json:"sites"`
-	Count int        `json:"count"`
-	// CoolingTotal is how many cooldowns are in force in the caller's namespaces;
-	// CoolingListed how many of them the sites below show (at most lease.MaxCoolingList).
-	CoolingTotal  int `json:"coolingTotal"`
-	CoolingListed int `json:"coolingListed"`
-}
-
-type siteJSON struct {
-	Host           string         `json:"host"`
-	RecentRequests float64        `json:"recentRequests"`
-	Pace           *paceJSON      `json:"pace,omitempty"`
-	Cooldowns      []cooldownJSON `json:"cooldowns"`
-}
-
-type paceJSON struct {
-	RatePerUpstream    float64  `json:"ratePerUpstream"`
-	CeilingPerUpstream *float64 `json:"ceilingPerUpstream,omitempty"`
-	Queue              int      `json:"queue"`
-}
-
-type cooldownJSON struct {
-	ProxyID string    `json:"proxyId"`
-	Until   time.Time `json:"until"`
-	Reason  string    `json:"reason"`
-	Strikes int       `json:"strikes"`
-}
-
 // listSites answers GET /v1/sites: the top sites by recent gateway traffic in the caller's
 // namespaces (?limit=, default 100, at most 1000) and every site cooling on an upstream there
 // (the 1000 cooldowns that end last), by recent traffic then host.
@@ -89,8 +59,8 @@ func (d *Discovery) listSites(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var paces []siteJSON
-	byHost := map[string]*siteJSON{}
+	var paces []client.Site
+	byHost := map[string]*client.Site{}
 	if d.Sites != nil {
 		for _, p := range d.Sites.Sites() {
 			var tr float64
@@ -102,18 +72,18 @@ func (d *Discovery) listSites(w http.ResponseWriter, r *http.Request) error {
 			if tr <= 0 {
 				continue // no traffic of the caller's: not the caller's to see
 			}
-			pj := &paceJSON{RatePerUpstream: round3(p.Rate), Queue: p.Queue}
+			pj := &client.SitePace{RatePerUpstream: round3(p.Rate), Queue: p.Queue}
 			if p.Ceiling > 0 {
 				c := round3(p.Ceiling)
 				pj.CeilingPerUpstream = &c
 			}
-			paces = append(paces, siteJSON{Host: p.Site, RecentRequests: round3(tr), Pace: pj, Cooldowns: []cooldownJSON{}})
+			paces = append(paces, client.Site{Host: p.Site, RecentRequests: round3(tr), Pace: pj, Cooldowns: []client.SiteCooldown{}})
 		}
 	}
 	slices.SortFunc(paces, bySiteOrder)
 	// Every paced site is remembered for its pace (cooling or not); the top limit by traffic
 	// are shown, and every cooling one.
-	all := map[string]siteJSON{}
+	all := map[string]client.Site{}
 	for _, s := range paces {
 		all[s.Host] = s
 	}
@@ -126,14 +96,14 @@ func (d *Discovery) listSites(w http.ResponseWriter, r *http.Request) error {
 		if s == nil {
 			sj, ok := all[c.Target]
 			if !ok {
-				sj = siteJSON{Host: c.Target, Cooldowns: []cooldownJSON{}}
+				sj = client.Site{Host: c.Target, Cooldowns: []client.SiteCooldown{}}
 			}
 			s = &sj
 			byHost[c.Target] = s
 		}
-		s.Cooldowns = append(s.Cooldowns, cooldownJSON{ProxyID: c.Proxy, Until: c.Until.UTC(), Reason: string(c.Reason), Strikes: c.Strikes})
+		s.Cooldowns = append(s.Cooldowns, client.SiteCooldown{ProxyID: c.Proxy, Until: c.Until.UTC(), Reason: client.Result(c.Reason), Strikes: c.Strikes})
 	}
-	out := sitesJSON{Sites: make([]siteJSON, 0, len(byHost)), CoolingTotal: cooling.Total, CoolingListed: len(cooling.Cooldowns)}
+	out := client.SiteList{Sites: make([]client.Site, 0, len(byHost)), CoolingTotal: cooling.Total, CoolingListed: len(cooling.Cooldowns)}
 	for _, s := range byHost {
 		out.Sites = append(out.Sites, *s)
 	}
@@ -144,7 +114,7 @@ func (d *Discovery) listSites(w http.ResponseWriter, r *http.Request) error {
 }
 
 // bySiteOrder is the answer's order: recent traffic, most first, then host.
-func bySiteOrder(a, b siteJSON) int {
+func bySiteOrder(a, b client.Site) int {
 	if c := cmp.Compare(b.RecentRequests, a.RecentRequests); c != 0 {
 		return c
 	}

@@ -323,32 +323,6 @@ func (p *pacer) limited(t paceTicket, retryAfter time.Duration) {
 	s.lastCut = now
 }
 
-// SitePace is what the pacer knows of one site.
-type SitePace struct {
-	Site string `json:"site"`
-	// Rate is the pace: requests per second through each upstream.
-	Rate float64 `json:"rate"`
-	// Ceiling is the rate at the last 429 (0: none yet).
-	Ceiling float64 `json:"ceiling,omitempty"`
-	Waiting int     `json:"waiting"`
-	Sent    uint64  `json:"sent"`
-	Limited uint64  `json:"limited"`
-}
-
-// Paces lists at most n sites, most recently used first.
-func (g *Gateway) Paces(n int) []SitePace {
-	g.once.Do(g.init)
-	p := g.pace
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var out []SitePace
-	for e := p.lru.Front(); e != nil && len(out) < n; e = e.Next() {
-		s := e.Value.(*sitePace)
-		out = append(out, SitePace{Site: s.name, Rate: s.rate, Ceiling: s.ceil, Waiting: s.waiting, Sent: s.sent, Limited: s.limited})
-	}
-	return out
-}
-
 var _ discovery.SitesView = (*Gateway)(nil)
 
 // Sites implements discovery.SitesView: every site the pacer remembers (at most 10,000), with
