@@ -131,7 +131,7 @@ func TestMetricsMoveWithAScenario(t *testing.T) {
 		{"leases active after release", end[`proxy_operator_leases_active`], eq(0), "0"},
 		{"leases granted", end[`proxy_operator_lease_requests_total{outcome="granted"}`], eq(1), "1"},
 		{"leases no_match", end[`proxy_operator_lease_requests_total{outcome="no_match"}`], eq(1), "1"},
-		{"reports rate_limited", end[`proxy_operator_lease_reports_total{result="rate_limited"}`], eq(1), "1"},
+		{"reports rate_limited", end[`proxy_operator_lease_reports_total{result="rate_limited",source="api"}`], eq(1), "1"},
 		{"provider creates", end[`proxy_operator_provider_requests_total{op="create",provider="mock",result="ok"}`], eq(1), "1"},
 		{"provider gets", end[`proxy_operator_provider_requests_total{op="get",provider="mock",result="ok"}`], gt(0), "> 0"},
 		{"provider lists (gc)", end[`proxy_operator_provider_requests_total{op="list",provider="mock",result="ok"}`], gt(0), "> 0"},

@@ -262,6 +262,58 @@ func (c *Client) List(ctx context.Context, o ListOptions) (*ProxyList, error) {
 	return nil, fmt.Errorf("list: more than %d pages", maxListPages)
 }
 
+// SiteList is GET /v1/sites' answer (docs/api.md): the top sites by recent gateway traffic
+// and every site cooling, in the caller's namespaces, by recent traffic then host.
+type SiteList struct {
+	Sites []Site `json:"sites"`
+	Count int    `json:"count"`
+	// CoolingTotal is how many cooldowns are in force in the caller's namespaces;
+	// CoolingListed how many of them the sites show (at most 1000).
+	CoolingTotal  int `json:"coolingTotal"`
+	CoolingListed int `json:"coolingListed"`
+}
+
+// Site is one site of a SiteList.
+type Site struct {
+	Host string `json:"host"`
+	// RecentRequests are the sends through the gateway, each fading over five minutes.
+	RecentRequests float64 `json:"recentRequests"`
+	// Pace is nil when no gateway runs in the answering process or it never sent there.
+	Pace      *SitePace      `json:"pace,omitempty"`
+	Cooldowns []SiteCooldown `json:"cooldowns"`
+}
+
+// SitePace is the gateway's learned pace for a site.
+type SitePace struct {
+	RatePerUpstream float64 `json:"ratePerUpstream"`
+	// CeilingPerUpstream is the rate of the last 429 (nil before one).
+	CeilingPerUpstream *float64 `json:"ceilingPerUpstream,omitempty"`
+	Queue              int      `json:"queue"`
+}
+
+// SiteCooldown is one upstream cooling for a site: Reason is the result of the report that
+// set Until (rate_limited or banned).
+type SiteCooldown struct {
+	ProxyID string    `json:"proxyId"`
+	Until   time.Time `json:"until"`
+	Reason  Result    `json:"reason"`
+	Strikes int       `json:"strikes"`
+}
+
+// Sites lists the sites the crawl meets (GET /v1/sites): the top limit by recent traffic (0:
+// the server's default, 100; at most 1000) and every site cooling.
+func (c *Client) Sites(ctx context.Context, limit int) (*SiteList, error) {
+	q := url.Values{}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	var out SiteList
+	if err := c.do(ctx, http.MethodGet, "/v1/sites", q, nil, &out, maxListBytes, idempotent); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // LeaseRequest asks for a lease. Zero value: any healthy proxy for the server's default TTL.
 type LeaseRequest struct {
 	Selector map[string]string

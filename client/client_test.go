@@ -519,3 +519,28 @@ func TestListFollowsPages(t *testing.T) {
 		t.Fatalf("second page = %+v, %v", next, err)
 	}
 }
+
+// TestSites: Sites reads GET /v1/sites of the real server: a banned report shows as a cooling
+// site with its upstream, end, reason and strikes, without a pace (no gateway here).
+func TestSites(t *testing.T) {
+	a := startAPI(t, "s3cret-0123456789abcdef", 0)
+	a.addProxy("eu-1", "127.0.0.11", "eu", lifecycle.HealthHealthy, 5)
+	c, _ := newClient(t, a, client.WithToken("s3cret-0123456789abcdef"))
+	ctx := context.Background()
+	l, err := c.Lease(ctx, client.LeaseRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Report(ctx, l.ID, client.Report{Result: client.ResultBanned, Target: "shop.example"}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.Sites(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &client.SiteList{Count: 1, CoolingTotal: 1, CoolingListed: 1, Sites: []client.Site{{Host: "shop.example",
+		Cooldowns: []client.SiteCooldown{{ProxyID: "crawl/eu-1", Until: a.clock.Now().Add(time.Hour), Reason: client.ResultBanned, Strikes: 1}}}}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Sites mismatch (-want +got):\n%s", diff)
+	}
+}

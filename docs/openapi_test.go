@@ -280,6 +280,9 @@ func TestOpenAPIAgainstRealServer(t *testing.T) {
 		{name: "list attr repeated", method: "GET", path: "/v1/proxies?attr.geo=eu&attr.geo=us", want: 400},
 		{name: "list without token", method: "GET", path: "/v1/proxies", noToken: true, want: 401, invalid: true},
 		{name: "list wrong token", method: "GET", path: "/v1/proxies", badToken: true, want: 401},
+		{name: "sites", method: "GET", path: "/v1/sites?limit=10", want: 200},
+		{name: "sites limit out of range", method: "GET", path: "/v1/sites?limit=0", want: 400, invalid: true},
+		{name: "sites without token", method: "GET", path: "/v1/sites", noToken: true, want: 401, invalid: true},
 	} {
 		a := lookup(ex)
 		if bytes.Contains(a.body, []byte(creds.Password)) || bytes.Contains(a.body, []byte("password")) {

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -105,6 +106,11 @@ type Store interface {
 	Count(ctx context.Context) (int, error)
 	// Active is the number of live leases per proxy key (proxies without leases absent).
 	Active(ctx context.Context) (map[string]int, error)
+	// Cooling lists the cooldowns in force now (Until after now) on proxies of q.Namespaces,
+	// the longest-lasting first (then by target and proxy), at most q.Limit of them, and
+	// how many are in force there in all. It costs at most O(remembered cooldowns) and never
+	// changes what is remembered. A shared store can fail to answer (ErrUnavailable).
+	Cooling(ctx context.Context, q CoolingQuery) (CoolingList, error)
 	// Run does the store's housekeeping until ctx ends. For Memory it is what keeps the index
 	// following the fleet; for a shared store, where every replica runs it and every call
 	// expires what is due, it only keeps an idle store tidy: correctness never waits on it.
@@ -190,6 +196,54 @@ type Cooldown struct {
 	Target  string
 	Until   time.Time
 	Strikes int
+	// Reason is the result of the report that set Until (rate_limited or banned). Cooling
+	// sets it; Report leaves it empty (its caller knows what it reported).
+	Reason Result
+}
+
+// MaxCoolingList bounds the cooldowns one Cooling call returns.
+const MaxCoolingList = 1000
+
+// CoolingQuery asks Store.Cooling for the cooldowns in force.
+type CoolingQuery struct {
+	// Namespaces, when not nil, limits the answer to proxies in these namespaces (the
+	// caller's read rights).
+	Namespaces []string
+	// Limit bounds the cooldowns listed (0 or above MaxCoolingList: MaxCoolingList).
+	Limit int
+}
+
+// CoolingList is Store.Cooling's answer.
+type CoolingList struct {
+	// Cooldowns are in force now, Until latest first, then by target and proxy.
+	Cooldowns []Cooldown
+	// Total is how many cooldowns are in force in the namespaces asked, listed or not.
+	Total int
+}
+
+// limit is q's bound on the cooldowns listed.
+func (q CoolingQuery) limit() int {
+	if q.Limit <= 0 || q.Limit > MaxCoolingList {
+		return MaxCoolingList
+	}
+	return q.Limit
+}
+
+// Limited is q's bound on the cooldowns listed, for stores outside this package.
+func (q CoolingQuery) Limited() int { return q.limit() }
+
+// SortCooling orders cooldowns as Cooling lists them: Until latest first, then target, then
+// proxy.
+func SortCooling(cs []Cooldown) {
+	slices.SortFunc(cs, func(a, b Cooldown) int {
+		if c := b.Until.Compare(a.Until); c != 0 {
+			return c
+		}
+		if c := strings.Compare(a.Target, b.Target); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Proxy, b.Proxy)
+	})
 }
 
 // NoMatchError says why nothing could be leased, with counts over the proxies that match

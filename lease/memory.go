@@ -156,7 +156,8 @@ type cooldown struct {
 	elem          *list.Element // in coolNS
 	until, forget time.Time
 	strikes       int
-	index         int // in forget
+	reason        Result // of the report that set until
+	index         int    // in forget
 }
 
 type session struct {
@@ -590,7 +591,7 @@ func (m *Memory) Report(_ context.Context, id string, r Report) (Cooldown, error
 	d := cooldownFor(r, base, c.strikes, m.cfg.MaxCooldown)
 	// A report during a cooldown never shortens it.
 	if until := now.Add(d); until.After(c.until) {
-		c.until = until
+		c.until, c.reason = until, r.Result
 	}
 	// Strikes are remembered for as long again as the cooldown, so a proxy that is limited
 	// again soon after it comes back cools for longer.

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"slices"
 
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 )
@@ -61,6 +62,30 @@ func (m *Memory) CoolingByProxy() map[string]int {
 		}
 	}
 	return out
+}
+
+// Cooling implements Store: a walk of the remembered cooldowns under the lock (bounded by
+// MaxCooldowns, as CoolingByProxy's), keeping the q.Limit that end last.
+func (m *Memory) Cooling(_ context.Context, q CoolingQuery) (CoolingList, error) {
+	var out CoolingList
+	m.mu.Lock()
+	now := m.cfg.Now()
+	for k, c := range m.cool {
+		if !now.Before(c.until) {
+			continue
+		}
+		if q.Namespaces != nil && !slices.Contains(q.Namespaces, namespaceOf(k.proxy)) {
+			continue
+		}
+		out.Total++
+		out.Cooldowns = append(out.Cooldowns, Cooldown{Proxy: k.proxy, Target: k.target, Until: c.until, Strikes: c.strikes, Reason: c.reason})
+	}
+	m.mu.Unlock()
+	SortCooling(out.Cooldowns)
+	if n := q.limit(); len(out.Cooldowns) > n {
+		out.Cooldowns = out.Cooldowns[:n:n]
+	}
+	return out, nil
 }
 
 // Denied is the running count of lease requests refused (409) while members of the pool

@@ -34,6 +34,10 @@ var documentedMetrics = map[string]struct {
 	"proxy_operator_discovery_requests_total":           {labels: []string{"route", "method", "code"}},
 	"proxy_operator_discovery_request_duration_seconds": {labels: []string{"route", "method"}, histogram: true},
 	"proxy_operator_lease_refused_total":                {labels: []string{"reason"}},
+	"proxy_operator_lease_reports_total":                {labels: []string{"result", "source"}},
+	"proxy_operator_lease_cooldowns":                    {},
+	"proxy_operator_gateway_requests_total":             {labels: []string{"kind", "outcome"}},
+	"proxy_operator_gateway_bans_total":                 {labels: []string{"rule", "result"}},
 }
 
 type dashboardPanel struct {

@@ -347,9 +347,14 @@ func (o *Operator) buildHooks(reg prometheus.Registerer, egress *netpolicy.Polic
 
 // buildDiscovery builds the crawler-facing API over the process's fleet view; buildLeases
 // gives it its store (and, with Redis, what the operator published there).
+//
+// The reports counter is the process's, made here and shared with the gateway (buildServers)
+// so a gateway's reports are counted beside the API's, by source.
 func (o *Operator) buildDiscovery(reg prometheus.Registerer, tokens *access.Tokens) *discovery.Discovery {
+	reports := discovery.NewReportCounter()
+	reg.MustRegister(reports)
 	return &discovery.Discovery{Fleet: o.fleet, Health: o.sched, Tokens: tokens, Insecure: o.cfg.Discovery.Insecure,
-		Log: o.log.With("component", "discovery"), Registerer: reg, MaxTTL: o.cfg.Lease.MaxTTL}
+		Log: o.log.With("component", "discovery"), Registerer: reg, MaxTTL: o.cfg.Lease.MaxTTL, Reports: reports}
 }
 
 // buildLeases builds the lease store, in memory or in Redis (-lease-store); with Redis,
@@ -436,7 +441,7 @@ func (o *Operator) buildServers(h *hooks.Hooks, disc *discovery.Discovery, token
 			return err
 		}
 		gw := &gateway.Gateway{Leases: o.store, Fleet: disc.Fleet, Tokens: tokens, Insecure: o.cfg.Discovery.Insecure,
-			Log: o.log.With("component", "gateway"), Registerer: reg, Egress: egress}
+			Log: o.log.With("component", "gateway"), Registerer: reg, Egress: egress, Reports: disc.Reports}
 		if o.redis != nil {
 			gw.Book = o.redis.store // the pace shared with the gateway replicas (decision 0268)
 		}
@@ -446,6 +451,7 @@ func (o *Operator) buildServers(h *hooks.Hooks, disc *discovery.Discovery, token
 		memLimit, _ := membudget.Limit(o.cfg.Hooks.MemoryLimit)
 		gw.Budget = gateway.BudgetFor(memLimit)
 		o.gwSrv, o.gwLn = gw.Server(), gw.Listener(o.gwLn)
+		disc.Sites = gw // /v1/sites reads its pacer
 	}
 	return nil
 }

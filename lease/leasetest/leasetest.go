@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/proxy-operator/proxy-operator/internal/clocktest"
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
@@ -77,6 +78,7 @@ func Run(t *testing.T, f Factory) {
 		{"AvoidRotates", testAvoid},
 		{"NamespacesLimitTheLease", testNamespaces},
 		{"PoolLoad", testPoolLoad},
+		{"CoolingLists", testCooling},
 		{"TenantQuotas", testTenantQuotas},
 		{"LeasesPerHolder", testLeasesPerHolder},
 		{"HolderShares", testHolderShares},
@@ -938,5 +940,62 @@ func testPoolLoad(t *testing.T, f Factory) {
 	}
 	if len(got.Cooling) != 0 {
 		t.Errorf("cooling after every cooldown ended: %v, want none", got.Cooling)
+	}
+}
+
+// testCooling: Cooling lists the cooldowns in force, the latest end first (then target, then
+// proxy), with their strikes and the result that set their end; bounded by the limit, scoped
+// by namespace, with the total in force; a cooldown past its end is not listed, an ok report
+// starts none.
+func testCooling(t *testing.T, f Factory) {
+	ctx := context.Background()
+	fx := newFixture(t, f,
+		spec{name: "a", max: 5, attrs: map[string]string{"p": "a"}},
+		spec{name: "b", max: 5, attrs: map[string]string{"p": "b"}},
+		spec{ns: "other", name: "c", max: 5, attrs: map[string]string{"p": "c"}})
+	report := func(p string, r lease.Report) {
+		t.Helper()
+		l := fx.mustAcquire(t, lease.Request{Selector: map[string]string{"p": p}, TTL: time.Hour})
+		if _, err := fx.h.Store.Report(ctx, l.ID, r); err != nil {
+			t.Fatalf("Report %s %+v: %v", p, r, err)
+		}
+		_ = fx.h.Store.Release(ctx, l.ID)
+	}
+	report("a", lease.Report{Result: lease.ResultRateLimited, Target: "rl.example", RetryAfter: time.Minute})
+	report("a", lease.Report{Result: lease.ResultBanned, Target: "both.example"})
+	report("a", lease.Report{Result: lease.ResultRateLimited, Target: "both.example", RetryAfter: time.Minute}) // shortens nothing
+	report("a", lease.Report{Result: lease.ResultOK, Target: "fine.example"})
+	report("b", lease.Report{Result: lease.ResultBanned, Target: "ban.example"})
+	report("c", lease.Report{Result: lease.ResultBanned, Target: "c.example", RetryAfter: 2 * time.Hour})
+	now := fx.clock.Now()
+	ban := lease.DefaultBannedCooldown
+	all := []lease.Cooldown{
+		{Proxy: "other/c", Target: "c.example", Until: now.Add(2 * time.Hour), Strikes: 1, Reason: lease.ResultBanned},
+		{Proxy: "ns/b", Target: "ban.example", Until: now.Add(ban), Strikes: 1, Reason: lease.ResultBanned},
+		{Proxy: "ns/a", Target: "both.example", Until: now.Add(ban), Strikes: 1, Reason: lease.ResultBanned},
+		{Proxy: "ns/a", Target: "rl.example", Until: now.Add(time.Minute), Strikes: 0, Reason: lease.ResultRateLimited},
+	}
+	for _, tc := range []struct {
+		name string
+		q    lease.CoolingQuery
+		skip time.Duration
+		want lease.CoolingList
+	}{
+		{"every namespace", lease.CoolingQuery{}, 0, lease.CoolingList{Cooldowns: all, Total: 4}},
+		{"one namespace", lease.CoolingQuery{Namespaces: []string{"ns"}}, 0, lease.CoolingList{Cooldowns: all[1:], Total: 3}},
+		{"no namespace", lease.CoolingQuery{Namespaces: []string{}}, 0, lease.CoolingList{Cooldowns: []lease.Cooldown{}, Total: 0}},
+		{"limit", lease.CoolingQuery{Limit: 2}, 0, lease.CoolingList{Cooldowns: all[:2], Total: 4}},
+		{"ended cooldowns are not listed", lease.CoolingQuery{}, time.Minute, lease.CoolingList{Cooldowns: all[:3], Total: 3}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fx.clock.Advance(tc.skip)
+			got, err := fx.h.Store.Cooling(ctx, tc.q)
+			if err != nil {
+				t.Fatalf("Cooling: %v", err)
+			}
+			if diff := cmp.Diff(tc.want, got, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("Cooling(%+v) mismatch (-want +got):\n%s", tc.q, diff)
+			}
+		})
 	}
 }

@@ -449,6 +449,37 @@ func (s *Store) PoolLoad(ctx context.Context, q lease.PoolQuery) (lease.PoolView
 	return v, nil
 }
 
+// Cooling implements lease.Store in one script that changes nothing: each index it reads (the
+// store's cooldowns by end, or each namespace's) gives at most the limit that end last.
+func (s *Store) Cooling(ctx context.Context, q lease.CoolingQuery) (lease.CoolingList, error) {
+	out := lease.CoolingList{Cooldowns: []lease.Cooldown{}}
+	if q.Namespaces != nil && len(q.Namespaces) == 0 {
+		return out, nil
+	}
+	limit := q.Limited()
+	ctx, cancel := s.op(ctx)
+	defer cancel()
+	args := append(s.head(1+len(q.Namespaces)), limit)
+	for _, ns := range q.Namespaces {
+		args = append(args, ns)
+	}
+	res, err := s.sc.cooling.Run(ctx, s.cfg.Client, s.keys(), args...).Slice()
+	if err != nil {
+		return lease.CoolingList{}, unavailable("cooling", err)
+	}
+	out.Total = num(res, 0)
+	for i := 1; i+3 < len(res); i += 4 {
+		proxy, target, _ := strings.Cut(str(res, i), "|")
+		out.Cooldowns = append(out.Cooldowns, lease.Cooldown{Proxy: proxy, Target: target, Until: msTime(str(res, i+1)),
+			Strikes: num(res, i+2), Reason: lease.Result(str(res, i+3))})
+	}
+	lease.SortCooling(out.Cooldowns)
+	if len(out.Cooldowns) > limit {
+		out.Cooldowns = out.Cooldowns[:limit:limit]
+	}
+	return out, nil
+}
+
 // Sweep expires what is due now, in batches until none is left.
 func (s *Store) Sweep(ctx context.Context) error {
 	for {

@@ -107,6 +107,13 @@ type Discovery struct {
 	MaxConns int
 	// Logins throttles failed logins per source address (nil: the defaults; decision 0257).
 	Logins *httpx.LoginThrottle
+	// Reports, when set, is the counter of reports (NewReportCounter) this API counts its own
+	// in, with source api, shared with the gateway of the same process, which counts its
+	// reports in it too; its maker registers it. Nil: discovery makes and registers its own.
+	Reports *prometheus.CounterVec
+	// Sites is the gateway of the same process, read by GET /v1/sites for each site's pace
+	// (nil: no gateway here; the sites shown are those cooling, without a pace).
+	Sites SitesView
 
 	once       sync.Once
 	lastActive atomic.Int64 // the gauge's value when the store cannot answer
@@ -167,10 +174,13 @@ func (d *Discovery) init() {
 		Name: "proxy_operator_lease_requests_total",
 		Help: "Lease requests answered, by outcome (granted or no_match).",
 	}, []string{"outcome"})
-	d.reports = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "proxy_operator_lease_reports_total",
-		Help: "Crawler reports on leased proxies, by result.",
-	}, []string{"result"})
+	d.reports = d.Reports
+	if d.reports == nil {
+		d.reports = NewReportCounter()
+		if d.Registerer != nil {
+			d.Registerer.MustRegister(d.reports)
+		}
+	}
 	for _, o := range []string{"granted", "no_match"} {
 		d.requests.WithLabelValues(o)
 	}
@@ -192,11 +202,8 @@ func (d *Discovery) init() {
 		d.Logins = &httpx.LoginThrottle{Listener: "discovery", Message: "discovery request unauthorized", Log: d.Log, Now: d.Now}
 	}
 	d.http = newHTTPMetrics()
-	for _, r := range []lease.Result{lease.ResultOK, lease.ResultRateLimited, lease.ResultBanned} {
-		d.reports.WithLabelValues(string(r))
-	}
 	if d.Registerer != nil {
-		d.Registerer.MustRegister(d.requests, d.reports, d.refused, d.denied, d.unauth, d.http.requests, d.http.duration, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		d.Registerer.MustRegister(d.requests, d.refused, d.denied, d.unauth, d.http.requests, d.http.duration, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "proxy_operator_leases_active",
 			Help: "Leases currently held.",
 		}, func() float64 {
@@ -222,11 +229,33 @@ func (d *Discovery) init() {
 	}
 }
 
+// Sources of a report, the source label of proxy_operator_lease_reports_total.
+const (
+	ReportSourceAPI     = "api"     // POST /v1/leases/{id}/report
+	ReportSourceGateway = "gateway" // the gateway's own, when a rule matched an answer
+)
+
+// NewReportCounter makes proxy_operator_lease_reports_total, every result and source at 0.
+// One process counts the API's and its gateway's reports in one counter, registered once.
+func NewReportCounter() *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "proxy_operator_lease_reports_total",
+		Help: "Reports on leased proxies the lease store accepted, by result (ok, rate_limited, banned) and source (api: POST /v1/leases/{id}/report; gateway: the gateway's own).",
+	}, []string{"result", "source"})
+	for _, r := range []lease.Result{lease.ResultOK, lease.ResultRateLimited, lease.ResultBanned} {
+		for _, s := range []string{ReportSourceAPI, ReportSourceGateway} {
+			c.WithLabelValues(string(r), s)
+		}
+	}
+	return c
+}
+
 // Handler returns the discovery router.
 func (d *Discovery) Handler() http.Handler {
 	d.once.Do(d.init)
 	r := httpx.NewRouter(d.http.observe, d.auth)
 	r.Get("/v1/proxies", d.serve(d.listProxies))
+	r.Get("/v1/sites", d.serve(d.listSites))
 	r.Post("/v1/leases", d.serve(d.acquire))
 	r.Delete("/v1/leases/{id}", d.serve(d.release))
 	r.Post("/v1/leases/{id}/renew", d.serve(d.renew))

@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/proxy-operator/proxy-operator/client"
 	"github.com/proxy-operator/proxy-operator/internal/clocktest"
@@ -293,6 +294,19 @@ func TestDiscoveryLeaseLifecycle(t *testing.T) {
 	var rep client.Cooldown
 	if err := json.Unmarshal(r.body, &rep); r.code != 200 || err != nil || rep.ProxyID != "crawl/p1" || rep.Until == nil || !rep.Until.Equal(f.clock.Now().Add(time.Hour)) {
 		t.Errorf("report: status %d body %s; want cooldown for crawl/p1 until %s", r.code, r.body, f.clock.Now().Add(time.Hour))
+	}
+	// The report is counted with source api; every other result and source is there at 0.
+	if err := testutil.GatherAndCompare(f.reg, strings.NewReader(`
+# HELP proxy_operator_lease_reports_total Reports on leased proxies the lease store accepted, by result (ok, rate_limited, banned) and source (api: POST /v1/leases/{id}/report; gateway: the gateway's own).
+# TYPE proxy_operator_lease_reports_total counter
+proxy_operator_lease_reports_total{result="banned",source="api"} 0
+proxy_operator_lease_reports_total{result="banned",source="gateway"} 0
+proxy_operator_lease_reports_total{result="ok",source="api"} 0
+proxy_operator_lease_reports_total{result="ok",source="gateway"} 0
+proxy_operator_lease_reports_total{result="rate_limited",source="api"} 1
+proxy_operator_lease_reports_total{result="rate_limited",source="gateway"} 0
+`), "proxy_operator_lease_reports_total"); err != nil {
+		t.Error(err)
 	}
 	// p1 cools for example.com (the target was lower-cased on the way in), not for others.
 	for _, tc := range []struct{ target, want string }{{"example.com", "crawl/p2"}, {"other.org", "crawl/p1"}, {"other.org", "crawl/p2"}} {

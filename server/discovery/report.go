@@ -37,7 +37,7 @@ func (d *Discovery) report(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	d.reports.WithLabelValues(string(req.Result)).Inc()
+	d.reports.WithLabelValues(string(req.Result), ReportSourceAPI).Inc()
 	out := client.Cooldown{ProxyID: c.Proxy, Target: c.Target, Result: client.Result(req.Result), Strikes: c.Strikes}
 	if !c.Until.IsZero() {
 		u := c.Until.UTC()

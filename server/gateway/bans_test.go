@@ -15,7 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/proxy-operator/proxy-operator/lease"
+	"github.com/proxy-operator/proxy-operator/server/discovery"
 	"github.com/proxy-operator/proxy-operator/server/gateway"
 )
 
@@ -149,4 +152,77 @@ func TestCoolingRefusalSaysTheTrueTime(t *testing.T) {
 	}
 	cb, _ := io.ReadAll(cr.Body)
 	check("CONNECT", cr, string(cb))
+}
+
+// TestLogsSayRateLimitedOrBanned: a 429 is logged as rate limiting at info, never as a ban;
+// a ban (a 403 of one address while another is let in) is logged as banned at warn (issue 31
+// part 6: a 429 was logged "ban detected", and operators chased bans that were not).
+func TestLogsSayRateLimitedOrBanned(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		status  int
+		wantMsg string
+		wantLvl string
+	}{
+		{"429", http.StatusTooManyRequests, "gateway upstream rate limited by site", "INFO"},
+		{"403 of one address", http.StatusForbidden, "gateway upstream banned by site", "WARN"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, 2, nil)
+			var first atomic.Value
+			s := newSite(t, func(w http.ResponseWriter, r *http.Request, from string) {
+				first.CompareAndSwap(nil, from)
+				if first.Load() == from {
+					w.Header().Set("Retry-After", "60")
+					w.WriteHeader(tc.status)
+				}
+			})
+			resp, _ := get(t, e.client("", token), s.url("/"))
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("got %d, want the second upstream's 200", resp.StatusCode)
+			}
+			var got []string
+			for line := range strings.SplitSeq(e.logs.String(), "\n") {
+				if strings.Contains(line, "by site") || strings.Contains(strings.ToLower(line), "ban") {
+					got = append(got, line)
+				}
+			}
+			if len(got) != 1 {
+				t.Fatalf("want one report line, got %d:\n%s", len(got), strings.Join(got, "\n"))
+			}
+			if !strings.Contains(got[0], "level="+tc.wantLvl) || !strings.Contains(got[0], fmt.Sprintf("msg=%q", tc.wantMsg)) {
+				t.Errorf("logged %s\nwant level=%s msg=%q", got[0], tc.wantLvl, tc.wantMsg)
+			}
+		})
+	}
+}
+
+// TestGatewayReportsAreCounted: the gateway's own reports are counted in the process's
+// reports counter with source gateway (issue 31 part 6: they were not counted at all).
+func TestGatewayReportsAreCounted(t *testing.T) {
+	reports := discovery.NewReportCounter()
+	e := newEnv(t, 2, func(g *gateway.Gateway) { g.Reports = reports })
+	var first atomic.Value
+	s := newSite(t, func(w http.ResponseWriter, r *http.Request, from string) {
+		first.CompareAndSwap(nil, from)
+		if first.Load() == from {
+			w.Header().Set("Retry-After", "60")
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+	})
+	if resp, _ := get(t, e.client("", token), s.url("/")); resp.StatusCode != http.StatusOK {
+		t.Fatalf("got %d, want the second upstream's 200", resp.StatusCode)
+	}
+	for _, tc := range []struct {
+		result, source string
+		want           float64
+	}{
+		{"rate_limited", "gateway", 1},
+		{"rate_limited", "api", 0},
+		{"banned", "gateway", 0},
+	} {
+		if got := testutil.ToFloat64(reports.WithLabelValues(tc.result, tc.source)); got != tc.want {
+			t.Errorf("reports{result=%s,source=%s} = %v, want %v", tc.result, tc.source, got, tc.want)
+		}
+	}
 }

@@ -79,7 +79,12 @@ type Gateway struct {
 	// the byte counters by proxy as well as by pool.
 	Registerer      prometheus.Registerer
 	PerProxyMetrics bool
-	Now             func() time.Time
+	// Reports, when set, counts the reports the store accepted from this gateway, labelled
+	// result and source "gateway": the process's proxy_operator_lease_reports_total
+	// (discovery.NewReportCounter), shared with the API's reports and registered by whoever
+	// made it. Nil: not counted.
+	Reports *prometheus.CounterVec
+	Now     func() time.Time
 	// Egress is the policy targets and upstreams are checked against (egress.go; nil: the
 	// default policy, which refuses every internal target and every loopback upstream).
 	Egress *netpolicy.Policy

@@ -304,15 +304,20 @@ func (g *Gateway) report(ctx context.Context, h *hold, target string, r *Rule, h
 	defer cancel()
 	c, err := g.Leases.Report(ctx, h.l.ID, rep)
 	if err != nil {
-		g.Log.Warn("gateway ban report not recorded", "proxy", h.l.Proxy.Key, "target", target, "rule", r.Name, "err", err)
+		g.Log.Warn("gateway report not recorded", "proxy", h.l.Proxy.Key, "target", target, "rule", r.Name, "result", r.Result, "err", err)
 		return
 	}
-	msg := "gateway ban detected"
-	if r.Result == lease.ResultRateLimited {
-		msg = "gateway rate limiting detected" // slow down, not a ban (decision 0261)
+	if g.Reports != nil {
+		g.Reports.WithLabelValues(string(r.Result), "gateway").Inc()
 	}
-	g.Log.Info(msg, "proxy", h.l.Proxy.Key, "target", target, "rule", r.Name, "result", r.Result,
-		"cooldown_until", c.Until, "strikes", c.Strikes)
+	if r.Result == lease.ResultRateLimited {
+		// Slow down, not a ban (decision 0261): routine when a site's pace is being learned.
+		g.Log.Info("gateway upstream rate limited by site", "proxy", h.l.Proxy.Key, "target", target, "rule", r.Name,
+			"result", r.Result, "cooldown_until", c.Until, "strikes", c.Strikes)
+		return
+	}
+	g.Log.Warn("gateway upstream banned by site", "proxy", h.l.Proxy.Key, "target", target, "rule", r.Name,
+		"result", r.Result, "cooldown_until", c.Until, "strikes", c.Strikes)
 }
 
 // Rotation: requests without a session avoid the upstreams used last for their target, so

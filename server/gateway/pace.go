@@ -4,9 +4,13 @@ import (
 	"container/list"
 	"context"
 	"errors"
+	"math"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/proxy-operator/proxy-operator/server/discovery"
 )
 
 // Pacing (decision 0260): each site has a pace, requests per second through each upstream,
@@ -67,6 +71,32 @@ type sitePace struct {
 	turn    chan struct{} // cap 1: whoever holds it chooses the site's next upstream
 	// Counters for /v1/sites and logs.
 	sent, limited uint64
+	// traffic is the recent sends per namespace of the upstream (decayed with paceTraffic as
+	// time constant), so /v1/sites ranks sites and shows a tenant only its own.
+	traffic   map[string]float64
+	trafficAt time.Time
+}
+
+// paceTraffic is the time constant of a site's recent traffic: a send counts 1, e-folded away
+// over this time. Namespaces remembered per site are bounded by maxPaceTrafficNS.
+const (
+	paceTraffic      = 5 * time.Minute
+	maxPaceTrafficNS = 64
+)
+
+// decayLocked brings s.traffic to now.
+func (s *sitePace) decayLocked(now time.Time) {
+	if dt := now.Sub(s.trafficAt); dt > 0 && !s.trafficAt.IsZero() {
+		f := math.Exp(-dt.Seconds() / paceTraffic.Seconds())
+		for ns, v := range s.traffic {
+			if v *= f; v < 1e-3 {
+				delete(s.traffic, ns)
+			} else {
+				s.traffic[ns] = v
+			}
+		}
+	}
+	s.trafficAt = now
 }
 
 // upPace is one upstream's last send to a site and the floor a Retry-After set.
@@ -229,6 +259,14 @@ func (p *pacer) reserve(s *sitePace, key string) paceTicket {
 	}
 	u.last = at
 	s.sent++
+	s.decayLocked(now)
+	ns, _, _ := strings.Cut(key, "/")
+	if s.traffic == nil {
+		s.traffic = map[string]float64{}
+	}
+	if _, ok := s.traffic[ns]; ok || len(s.traffic) < maxPaceTrafficNS {
+		s.traffic[ns]++
+	}
 	return paceTicket{site: s, key: key, at: at, tested: tested}
 }
 
@@ -303,28 +341,25 @@ func (p *pacer) floorOf(s *sitePace) time.Duration {
 	return time.Duration(float64(time.Second) / (paceHeadroom * s.ceil))
 }
 
-// SitePace is what the pacer knows of one site.
-type SitePace struct {
-	Site string `json:"site"`
-	// Rate is the pace: requests per second through each upstream.
-	Rate float64 `json:"rate"`
-	// Ceiling is the rate at the last 429 (0: none yet).
-	Ceiling float64 `json:"ceiling,omitempty"`
-	Waiting int     `json:"waiting"`
-	Sent    uint64  `json:"sent"`
-	Limited uint64  `json:"limited"`
-}
+var _ discovery.SitesView = (*Gateway)(nil)
 
-// Paces lists at most n sites, most recently used first.
-func (g *Gateway) Paces(n int) []SitePace {
+// Sites implements discovery.SitesView: every site the pacer remembers (at most 10,000), with
+// its pace and its recent traffic per namespace.
+func (g *Gateway) Sites() []discovery.SitePace {
 	g.once.Do(g.init)
 	p := g.pace
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	var out []SitePace
-	for e := p.lru.Front(); e != nil && len(out) < n; e = e.Next() {
+	now := p.now()
+	out := make([]discovery.SitePace, 0, len(p.sites))
+	for e := p.lru.Front(); e != nil; e = e.Next() {
 		s := e.Value.(*sitePace)
-		out = append(out, SitePace{Site: s.name, Rate: s.rate, Ceiling: s.ceil, Waiting: s.waiting, Sent: s.sent, Limited: s.limited})
+		s.decayLocked(now)
+		tr := make(map[string]float64, len(s.traffic))
+		for ns, v := range s.traffic {
+			tr[ns] = v
+		}
+		out = append(out, discovery.SitePace{Site: s.name, Rate: s.rate, Ceiling: s.ceil, Queue: s.waiting, Traffic: tr})
 	}
 	return out
 }

@@ -121,3 +121,25 @@ func TestPacingBenchmark(t *testing.T) {
 	t.Logf("\n| upstreams | workers | pages | got | 429s | 403s | time | ideal | ratio |\n|---|---|---|---|---|---|---|---|---|\n%s",
 		strings.Join(rows, "\n"))
 }
+
+// TestSitesViewCountsTrafficPerNamespace: the gateway's SitesView shows a site it sent to,
+// with its pace and its recent traffic under the namespace of the upstreams that carried it.
+func TestSitesViewCountsTrafficPerNamespace(t *testing.T) {
+	e := newEnv(t, 2, nil)
+	s := newSite(t, nil)
+	for range 2 {
+		if resp, _ := get(t, e.client("", token), s.url("/")); resp.StatusCode != http.StatusOK {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+	}
+	for _, p := range e.gw.Sites() {
+		if p.Site != s.addr {
+			continue
+		}
+		if p.Rate <= 0 || p.Traffic["crawl"] < 1.9 || p.Traffic["crawl"] > 2 || len(p.Traffic) != 1 {
+			t.Errorf("site %+v, want a pace and about 2 recent requests in namespace crawl", p)
+		}
+		return
+	}
+	t.Errorf("site %s missing from %+v", s.addr, e.gw.Sites())
+}

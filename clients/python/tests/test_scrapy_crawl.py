@@ -15,7 +15,7 @@ from local_site import Site
 def reports_total(op, result):
     text = requests.get(op.hook_url + "/metrics", timeout=10).text
     for line in text.splitlines():
-        if line.startswith(f'proxy_operator_lease_reports_total{{result="{result}"}}'):
+        if line.startswith(f'proxy_operator_lease_reports_total{{result="{result}",source="api"}}'):
             return float(line.split()[-1])
     raise AssertionError(f"no reports_total for {result} in /metrics")
 

@@ -115,7 +115,10 @@ local function drop_cool(ck)
     redis.call('ZREM', P .. 'cz:' .. proxy, target)
     count_down(P .. 'coolp', proxy)
     redis.call('ZREM', P .. 'cns:' .. ns_of(proxy), ck)
+    redis.call('ZREM', P .. 'cun:' .. ns_of(proxy), ck)
   end
+  redis.call('ZREM', P .. 'cu', ck)
+  redis.call('HDEL', P .. 'cwhy', ck)
 end
 
 -- unbind_session stops counting a session against its proxy's namespace (nsess).

@@ -83,12 +83,18 @@ else
   if ra > d then d = ra end
   if d > maxcd then d = maxcd end
 end
--- A report during a cooldown never shortens it.
-if now + d > u then u = now + d end
+-- A report during a cooldown never shortens it; the one that sets its end names its reason.
+if now + d > u then
+  u = now + d
+  redis.call('HSET', P .. 'cwhy', ck, result)
+end
 -- Strikes are remembered for as long again as the cooldown.
 forget = u + d
 redis.call('HSET', P .. 'cool', ck, fmt(u) .. ':' .. fmt(strikes) .. ':' .. fmt(forget))
 redis.call('ZADD', P .. 'cexp', fmt(forget), ck)
 -- The proxy's live cooldowns by end, for the pools' view (ZCOUNT from now).
 redis.call('ZADD', P .. 'cz:' .. p, fmt(u), target)
+-- Every cooldown by end, and its namespace's, for the sites' view (cooling.lua).
+redis.call('ZADD', P .. 'cu', fmt(u), ck)
+redis.call('ZADD', P .. 'cun:' .. ns, fmt(u), ck)
 return {'cooled', p, fmt(u), strikes}
