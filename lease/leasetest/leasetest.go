@@ -81,7 +81,6 @@ func Run(t *testing.T, f Factory) {
 		{"CoolingLists", testCooling},
 		{"TenantQuotas", testTenantQuotas},
 		{"LeasesPerHolder", testLeasesPerHolder},
-		{"HolderShares", testHolderShares},
 		{"BandBeforeLoadAndLatency", testBandOrder},
 		{"AdmitDeniesRecords", testAdmit},
 	} {
