@@ -47,8 +47,8 @@ func TestGatewayReachesNothingInside(t *testing.T) {
 			}
 			go func() {
 				defer conn.Close()
-				if req, err := http.ReadRequest(bufio.NewReader(conn)); err == nil {
-					req.Body.Close()
+				// Answers whatever comes first (a tunnel sends a Redis PING before its GET).
+				if _, err := bufio.NewReader(conn).ReadByte(); err == nil {
 					fmt.Fprint(conn, "HTTP/1.1 200 OK\r\nContent-Length: 6\r\nConnection: close\r\n\r\ncanary")
 				}
 			}()
