@@ -219,16 +219,20 @@ func (p *Policy) CheckHost(host string, port uint16, d Dest) error {
 	return nil
 }
 
-// CheckAddr checks one resolved address (port 0: skip the own-listener check).
-func (p *Policy) CheckAddr(a netip.Addr, port uint16, d Dest) error {
-	a = a.Unmap().WithZone("")
-	deny := func(reason string) error {
+// denier returns the refusal of a (at port, when not 0) for a reason.
+func denier(a netip.Addr, port uint16) func(reason string) error {
+	return func(reason string) error {
 		h := a.String()
 		if port != 0 {
 			h = netip.AddrPortFrom(a, port).String()
 		}
 		return &DeniedError{Host: h, Reason: reason}
 	}
+}
+
+// deniedEverywhere refuses what no policy allows, as a proxy or as a target: anything but an
+// address, cloud metadata, link-local.
+func deniedEverywhere(a netip.Addr, deny func(string) error) error {
 	switch {
 	case !a.IsValid():
 		return deny("not an address")
@@ -236,6 +240,18 @@ func (p *Policy) CheckAddr(a netip.Addr, port uint16, d Dest) error {
 		return deny("a cloud metadata address")
 	case a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast():
 		return deny("link-local (cloud metadata lives there)")
+	}
+	return nil
+}
+
+// CheckAddr checks one resolved address (port 0: skip the own-listener check).
+func (p *Policy) CheckAddr(a netip.Addr, port uint16, d Dest) error {
+	a = a.Unmap().WithZone("")
+	deny := denier(a, port)
+	if err := deniedEverywhere(a, deny); err != nil {
+		return err
+	}
+	switch {
 	case a.IsUnspecified():
 		return deny("the unspecified address")
 	case a.IsMulticast() || a == netip.AddrFrom4([4]byte{255, 255, 255, 255}):

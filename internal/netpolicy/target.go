@@ -123,29 +123,13 @@ func (p *Policy) targetAllowed(a netip.Addr) bool {
 	return false
 }
 
-// CheckTargetAddr checks one address a target is at (after resolution, or an address the
-// caller was given; port 0 skips the own-listener check).
-func (p *Policy) CheckTargetAddr(a netip.Addr, port uint16) error {
-	return p.checkTargetAddr(a, port)
-}
-
 func (p *Policy) checkTargetAddr(a netip.Addr, port uint16) error {
 	a = a.Unmap().WithZone("")
-	deny := func(reason string) error {
-		h := a.String()
-		if port != 0 {
-			h = netip.AddrPortFrom(a, port).String()
-		}
-		return &DeniedError{Host: h, Reason: reason}
+	deny := denier(a, port)
+	if err := deniedEverywhere(a, deny); err != nil {
+		return err
 	}
-	switch {
-	case !a.IsValid():
-		return deny("not an address")
-	case metadataAddrs[a]:
-		return deny("a cloud metadata address")
-	case a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast():
-		return deny("link-local (cloud metadata lives there)")
-	case port != 0 && p.isOwn(a, port):
+	if port != 0 && p.isOwn(a, port) {
 		return deny("one of the operator's own listeners or protected addresses")
 	}
 	if v4, ok := embeddedIPv4(a); ok {
