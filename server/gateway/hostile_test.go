@@ -167,11 +167,14 @@ func TestIdleConnectionsMemory(t *testing.T) {
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
 		t.Fatal(err)
 	}
-	n := min(10000, (int(lim.Cur)-500)/2) // both ends live in this process
+	// Both ends live in this process, and the gateway takes no more than its descriptor cap.
+	n := min(10000, (int(lim.Cur)-500)/2, gateway.ConnCapFor(int(lim.Cur)))
 	if n < 1000 {
 		t.Skipf("open-file limit %d allows only %d connections", lim.Cur, n)
 	}
-	e := newEnv(t, 1, nil)
+	// The memory budget would evict idle connections past its share of the default 1 GiB: this
+	// test measures what n connections really cost, so the budget is a 64 GiB process's.
+	e := newEnv(t, 1, func(g *gateway.Gateway) { g.Budget = gateway.BudgetFor(64 << 30) })
 	runtime.GC()
 	before := rss(t)
 	conns := make([]net.Conn, 0, n)
