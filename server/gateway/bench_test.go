@@ -2,18 +2,26 @@ package gateway_test
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/proxy-operator/proxy-operator/internal/fleet"
+	"github.com/proxy-operator/proxy-operator/internal/healthtest"
+	"github.com/proxy-operator/proxy-operator/internal/redistest"
+	"github.com/proxy-operator/proxy-operator/lease/redisstore"
+	"github.com/proxy-operator/proxy-operator/server/gateway"
 )
 
 // benchLoad is one load phase's result.
@@ -191,4 +199,76 @@ func BenchmarkGateway(b *testing.B) {
 		b.ReportMetric(g/d, strings.ReplaceAll(strings.ToLower(r.name), " ", "_")+"_ratio")
 	}
 	b.Log(sb.String())
+}
+
+// BenchmarkGatewayReplicas: requests/s of one gateway replica against three over one Redis
+// store, each with its own Redis client and the shared pace book (issue 31: three replicas
+// at least 2.5x one). The same 96 clients, each crawling its own loopback site with small
+// GETs through 16 unthrottled mock upstreams, all on the one replica or spread over the three;
+// phases alternate, twice each. Everything runs in this one process: on a machine with fewer
+// cores than replicas the ratio measures the cores, not the replicas (docs/performance.md).
+// make bench-gateway; GATEWAY_BENCH_SECONDS sets each phase's length (default 3).
+func BenchmarkGatewayReplicas(b *testing.B) {
+	secs := 3
+	if v, err := strconv.Atoi(os.Getenv("GATEWAY_BENCH_SECONDS")); err == nil && v > 0 {
+		secs = v
+	}
+	phase := time.Duration(secs) * time.Second
+	srv := redistest.Start(b)
+	view := fleet.New(time.Now, 0)
+	h := &healthtest.Map{}
+	var reps []*env
+	for range 3 {
+		e := redisGateway(b, srv.Addr, view, h)
+		e.gw.Book = e.store.(*redisstore.Store)
+		reps = append(reps, e)
+	}
+	for i := 1; i <= 16; i++ {
+		reps[0].addUpstream(b, fmt.Sprintf("crawl/p%d", i), fmt.Sprintf("127.0.0.%d", 60+i), map[string]string{"pool": "bench"}, 10000)
+	}
+	if err := redisstore.NewPublisher(redisstore.PublisherConfig{Store: reps[0].store.(*redisstore.Store), Fleet: view, Health: h}).Sync(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	const clients = 96
+	sites := make([]string, clients)
+	for i := range sites {
+		sites[i] = newSite(b, func(w http.ResponseWriter, r *http.Request, _ string) {
+			_, _ = io.WriteString(w, "a small page of a site\n")
+		}).addr
+	}
+	through := func(spread int) []*http.Client {
+		cs := make([]*http.Client, clients)
+		for i := range cs {
+			cs[i] = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+				Proxy: http.ProxyURL(reps[i%spread].proxyURL("pool-bench", token)), MaxIdleConnsPerHost: 2}}
+		}
+		return cs
+	}
+	op := func(cs []*http.Client) func(int) (int64, error) {
+		return func(i int) (int64, error) {
+			resp, err := cs[i].Get("http://" + sites[i] + "/small")
+			if err != nil {
+				return 0, err
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return 0, fmt.Errorf("GET: %s (%s)", resp.Status, resp.Header.Get(gateway.HeaderError))
+			}
+			return io.Copy(io.Discard, resp.Body)
+		}
+	}
+	one, three := op(through(1)), op(through(3))
+	var oneR, threeR benchLoad
+	b.ResetTimer()
+	for range b.N {
+		for range 2 {
+			oneR.add(runLoad(b, clients, phase, one))
+			threeR.add(runLoad(b, clients, phase, three))
+		}
+	}
+	b.StopTimer()
+	b.Logf("\n| replicas over one Redis | clients | requests/s | p99 |\n|---|---|---|---|\n| 1 | %d | %.0f | %v |\n| 3 | %d | %.0f | %v |\nratio %.2fx on %d CPUs",
+		clients, oneR.rate(), oneR.p99().Round(100*time.Microsecond), clients, threeR.rate(), threeR.p99().Round(100*time.Microsecond),
+		threeR.rate()/oneR.rate(), runtime.NumCPU())
+	b.ReportMetric(threeR.rate()/oneR.rate(), "three_replicas_ratio")
 }

@@ -17,8 +17,7 @@ import (
 // Retry-After: 2, and an IP that keeps going while told to wait (the 6th time) is banned
 // (403) for 60 s.
 func issueSite() crawlfarm.Site {
-	return crawlfarm.Site{Name: "issue-31", Addr: "127.0.10.31:0", RPS: 1, Burst: 1, RetryAfter: 2 * time.Second,
-		Tolerance: 5, Ban: time.Minute, RepeatBan: time.Minute}
+	return crawlfarm.RateLimited("issue-31", "127.0.10.31:0")
 }
 
 // naiveCrawl is one crawl of the issue's site through the gateway by a naive client: workers

@@ -17,7 +17,7 @@ import (
 )
 
 // redisGateway is one gateway replica with its own Redis client over the shared store.
-func redisGateway(t *testing.T, addr string, view *fleet.View, h *healthtest.Map) *env {
+func redisGateway(t testing.TB, addr string, view *fleet.View, h *healthtest.Map) *env {
 	t.Helper()
 	client, err := redisstore.NewClient(redisstore.ClientConfig{URL: "redis://" + addr})
 	if err != nil {

@@ -343,6 +343,13 @@ func Lenient(name, addr string) Site {
 	return Site{Name: name, Addr: addr, RPS: 5, Burst: 10, RetryAfter: time.Second, Tolerance: 10, Ban: 5 * time.Second, RepeatBan: 20 * time.Second}
 }
 
+// RateLimited is issue 31's site: 1 request/s per source IP (burst 1), faster gets 429 with
+// Retry-After 2 s, and an IP that sends a 6th request while told to wait is banned (403) for
+// 60 s. The pacing benchmarks (Go and the real clients of make bench-naive) crawl it.
+func RateLimited(name, addr string) Site {
+	return Site{Name: name, Addr: addr, RPS: 1, Burst: 1, RetryAfter: 2 * time.Second, Tolerance: 5, Ban: time.Minute, RepeatBan: time.Minute}
+}
+
 // MostlyStrict is k sites on 127.0.10.1.. (port 0), the first strict of them strict and the
 // rest lenient. 127.0.0.0/16 is never a mock proxy's address.
 func MostlyStrict(k, strict int) []Site {
