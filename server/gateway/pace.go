@@ -62,7 +62,8 @@ type sitePace struct {
 	name    string
 	elem    *list.Element
 	rate    float64 // requests/s per upstream
-	ceil    float64 // the rate of the last 429 (0: none yet, slow start)
+	ceil    float64 // the site's limit as last measured: the rate of the last 429, or the highest rate proven below it (0: none yet, slow start)
+	proven  float64 // the highest rate a tested success proved since the last cut
 	limit   float64 // a rule's rate: never exceeded (0: none)
 	lastCut time.Time
 	lastUp  time.Time
@@ -110,7 +111,8 @@ type paceTicket struct {
 	site   *sitePace
 	key    string
 	at     time.Time
-	tested bool // the send came at about the pace: its answer says whether the pace is right
+	tested bool    // the send came at about the pace: its answer says whether the pace is right
+	rate   float64 // the pace the send was booked at
 }
 
 func newPacer(now func() time.Time, rule func(string) (float64, bool), maxQueue int) *pacer {
@@ -267,7 +269,7 @@ func (p *pacer) reserve(s *sitePace, key string) paceTicket {
 	if _, ok := s.traffic[ns]; ok || len(s.traffic) < maxPaceTrafficNS {
 		s.traffic[ns]++
 	}
-	return paceTicket{site: s, key: key, at: at, tested: tested}
+	return paceTicket{site: s, key: key, at: at, tested: tested, rate: s.rate}
 }
 
 // ok learns from a success: a send that tested the pace raises it.
@@ -278,6 +280,9 @@ func (p *pacer) ok(t paceTicket) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s, now := t.site, p.now()
+	if t.at.After(s.lastCut) {
+		s.proven = max(s.proven, t.rate)
+	}
 	if now.Sub(s.lastUp) < s.interval() {
 		// One raise per interval, however many upstreams answered in it: the pace is per
 		// upstream, and sixteen upstreams' successes are one round, not sixteen.
@@ -318,8 +323,15 @@ func (p *pacer) limited(t paceTicket, retryAfter time.Duration) {
 	if !t.at.After(s.lastCut) {
 		return // sent at the pace before the last cut: that cut already answered it
 	}
+	// The site refused this rate. When a lower rate was proven since the last cut (slow start
+	// went from 1.0, proven, to 1.25, refused), the limit lies between them: aim under the
+	// proven one rather than under the refused one, which would come back to a 429.
 	s.ceil = s.rate
-	s.rate = max(s.rate*paceCut, 1e-3)
+	if s.proven > 0 && s.proven < s.ceil {
+		s.ceil = s.proven
+	}
+	s.rate = max(min(s.rate*paceCut, paceHeadroom*s.ceil), 1e-3)
+	s.proven = 0
 	s.lastCut = now
 }
 
