@@ -19,7 +19,7 @@ RUN_EXTRA     ?=
 # (scripts/quickstart.sh spells the same flags out), so none rebuilds what another built.
 GO_BUILD      = CGO_ENABLED=0 $(GO) build -trimpath
 
-.PHONY: help build run demo test test-go test-python generate verify vet fmt bench bench-probes bench-discovery bench-gateway bench-crawl bench-crawl-score bench-scrapy docker-build fuzz load scale attack
+.PHONY: help build run demo test test-go test-python generate verify vet fmt bench bench-probes bench-discovery bench-gateway bench-crawl bench-crawl-score bench-scrapy bench-naive docker-build fuzz load scale attack
 
 ## help: list the targets and what each does
 help:
@@ -95,7 +95,7 @@ bench-discovery:
 # bench-gateway: the same clients through the gateway and straight to the same mock upstream
 # (with its credential), in one run: 64 clients of small GETs, 64 opening CONNECT tunnels, 16
 # fetching 1 MiB bodies; phases alternate twice, GATEWAY_BENCH_SECONDS each (default 3).
-## bench-gateway: gateway vs straight to the upstream: requests/s, CONNECTs/s, 1 MiB bytes/s, added p99 (about 40 s)
+## bench-gateway: gateway vs straight to the upstream (requests/s, CONNECTs/s, 1 MiB bytes/s, added p99), then one replica vs three over one Redis (about 60 s; needs redis-server)
 bench-gateway:
 	$(GO) test -run '^$$' -bench BenchmarkGateway -benchtime 1x -timeout 10m ./server/gateway/
 
@@ -114,6 +114,10 @@ bench-crawl:
 ## bench-scrapy: the Scrapy middleware at its defaults with the demo fleet's 3 proxies against one polite IP, on the crawl farm's strict site (about 2 minutes)
 bench-scrapy:
 	cd clients/python && GO="$(GO)" $(PYTHON) tests/bench_scrapy.py $(SCRAPY_PAGES)
+
+## bench-naive: a curl loop, requests in 4 threads and Scrapy's defaults through the gateway on issue 31's rate-limited site, 3 and 16 demo proxies (about 3 minutes)
+bench-naive:
+	cd clients/python && GO="$(GO)" $(PYTHON) tests/bench_naive.py $(NAIVE_PAGES)
 
 ## bench-crawl-score: leases with and without the quality score on a farm with datacenter and slow proxies (about 4 minutes)
 bench-crawl-score:

@@ -286,7 +286,8 @@ type Site struct {
 // SitePace is the gateway's learned pace for a site.
 type SitePace struct {
 	RatePerUpstream float64 `json:"ratePerUpstream"`
-	// CeilingPerUpstream is the rate of the last 429 (nil before one).
+	// CeilingPerUpstream is the site's limit as last measured: the rate of the last 429, or
+	// the highest rate proven below it (nil before a 429).
 	CeilingPerUpstream *float64 `json:"ceilingPerUpstream,omitempty"`
 	Queue              int      `json:"queue"`
 }

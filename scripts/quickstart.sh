@@ -39,5 +39,7 @@ start=$(date +%s)
 codes=$(seq 30 | xargs -P 10 -I{} curl -s -o /dev/null -w '%{http_code}\n' -x "http://any:$DISCOVERY_TOKEN@$GW" "http://$SITE/page/{}" | sort | uniq -c | xargs)
 echo "   status codes (count code): $codes, in $(( $(date +%s) - start )) s (the site's limit allows 30 in 5 s through 3 addresses)"
 curl -fsS "http://$SITE/stats" | jq -c '{servedPerProxy: [.sources[] | .served], answered429: ([.sources[] | .rateLimited] | add)}'
+echo "== what the gateway learned of the site: its pace per upstream (GET /v1/sites)"
+curl -fsS -H "$auth" "http://$DISC/v1/sites" | jq -c '.sites[] | {host, recentRequests, pace}'
 echo "== quickstart done: a demo fleet, a lease, a request through it, a crawl through the gateway"
 )

@@ -85,7 +85,7 @@ func TestQuickstartScript(t *testing.T) {
 		t.Fatalf("quickstart: %v\n%s\noperator log:\n%s", err, out.String(), log)
 	}
 	for _, want := range []string{`"id":"demo/demo-1"`, `"healthy":true`, `"leaseID"`, "407 without its credential, 200 with the lease's proxyURL",
-		`"result":"rate_limited"`, "release: HTTP 204", "status codes (count code): 30 200,", `"servedPerProxy":[`, "quickstart done", "operator stopped"} {
+		`"result":"rate_limited"`, "release: HTTP 204", "status codes (count code): 30 200,", `"servedPerProxy":[`, `"pace":{"ratePerUpstream":`, "quickstart done", "operator stopped"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("quickstart output lacks %q:\n%s", want, out.String())
 		}

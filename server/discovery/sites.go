@@ -21,8 +21,9 @@ const (
 // SitePace is what a gateway's pacer knows of one site.
 type SitePace struct {
 	Site string
-	// Rate is the learned pace, requests per second through each upstream; Ceiling the rate
-	// of the last 429 (0: none yet); Queue the requests waiting for the site's pace.
+	// Rate is the learned pace, requests per second through each upstream; Ceiling the
+	// site's limit as last measured (the rate of the last 429, or the highest rate proven
+	// below it; 0: none yet); Queue the requests waiting for the site's pace.
 	Rate, Ceiling float64
 	Queue         int
 	// Traffic is the recent sends to the site per namespace of the upstream (decayed over

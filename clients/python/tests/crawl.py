@@ -10,6 +10,10 @@ by the Scrapy tests in its own process (a Twisted reactor starts only once).
     crawl.py - - OUT direct BASE N DELAY
         the same pages straight to the site, no proxy, one request at a time DELAY seconds
         apart: one polite IP (bench_scrapy.py's baseline)
+    crawl.py - - OUT proxy BASE N
+        the same pages with Scrapy's defaults and no middleware: the proxy comes from the
+        http_proxy environment variable, as a user points Scrapy at the gateway
+        (bench_naive.py)
 """
 
 import json
@@ -44,11 +48,11 @@ def main():
     if mode == "site":
         urls, follow = [rest[0]], True
         ttl, margin, concurrency = (int(a) for a in (rest[1:4] or ["30", "10", "4"]))
-    elif mode in ("pages", "direct"):
+    elif mode in ("pages", "direct", "proxy"):
         urls, follow = [f"{rest[0].rstrip('/')}/page/{i}" for i in range(int(rest[1]))], False
         ttl, margin, concurrency = 60, 20, 8
     else:
-        sys.exit(f"crawl.py: mode {mode!r} is not 'site', 'pages' or 'direct'")
+        sys.exit(f"crawl.py: mode {mode!r} is not 'site', 'pages', 'direct' or 'proxy'")
     selector = json.loads(rest[2]) if mode == "pages" and len(rest) > 2 else {"pool": "scrapy"}
     items = []
     settings = {
@@ -72,6 +76,11 @@ def main():
         del settings["DOWNLOADER_MIDDLEWARES"]
         settings.update({"DOWNLOAD_DELAY": float(rest[2]), "RANDOMIZE_DOWNLOAD_DELAY": False,
                          "CONCURRENT_REQUESTS_PER_DOMAIN": 1})
+    if mode == "proxy":
+        # Scrapy's defaults (16 requests at once, 8 per site, 2 retries of 429 and 503), the
+        # proxy from http_proxy: only what the bench needs to read the answers.
+        settings = {"TELNETCONSOLE_ENABLED": False, "LOG_LEVEL": "INFO", "HTTPERROR_ALLOW_ALL": True,
+                    "REQUEST_FINGERPRINTER_IMPLEMENTATION": "2.7"}
     process = CrawlerProcess(settings)
     crawler = process.create_crawler(CrawlSpider)
 
