@@ -42,6 +42,11 @@ const (
 	adminToken = "attack-admin-token-0123456789"
 	teamAToken = "attack-team-a-token-0123456789"
 	readToken  = "attack-read-only-token-0123456789"
+	teamBToken = "attack-team-b-token-0123456789"
+	// attackerToken is the attacker's own token, a lease token scoped to every namespace (a
+	// tenant's, or one stolen): floods that lease use it, never the legitimate crawler's, whose
+	// fair share of a namespace they would otherwise eat (decision 0259).
+	attackerToken = "attack-attacker-token-0123456789"
 )
 
 var (
@@ -135,7 +140,9 @@ func attackTokens() string {
   - {name: admin, token: %s, namespaces: ["*"], right: lease}
   - {name: team-a, token: %s, namespaces: [team-a], right: lease}
   - {name: dashboards, token: %s, namespaces: ["*"], right: read}
-`, adminToken, teamAToken, readToken)
+  - {name: team-b, token: %s, namespaces: [team-b], right: lease}
+  - {name: attacker, token: %s, namespaces: ["*"], right: lease}
+`, adminToken, teamAToken, readToken, teamBToken, attackerToken)
 }
 
 // attackHookToken is the hook listener's bearer token in the TLS configuration.
@@ -631,12 +638,31 @@ func TestHostileInput(t *testing.T) {
 	t.Logf("operator peak RSS over the whole suite (VmHWM): %.1f MiB", float64(procStatus(c.cmd.Process.Pid, "VmHWM"))/(1<<20))
 }
 
-// attackCooldownFlood: one lease reporting rate_limited for a new target each time (issue:
-// 281,040 reports in 30 s took RSS from 88 to 283 MB and discovery p99 to 74 ms).
+// attackCooldownFlood: leases reporting rate_limited for a new target each time (issue:
+// 281,040 reports in 30 s took RSS from 88 to 283 MB and discovery p99 to 74 ms). The attacker
+// leases with its own token as many leases as its share allows (at most 16, one per worker) and
+// its 16 workers report through them; the leases are released at the end.
 func attackCooldownFlood(t *testing.T, c *child, good proxyDesc, dur time.Duration) {
 	c.resetPeak()
 	l := c.startLegit(good)
 	var cs codes
+	var leases []string
+	for range 16 {
+		code, b, err := post(c.discURL+"/v1/leases", attackerToken, []byte(`{"selector":{"geo":"legit"},"ttlSeconds":3600}`))
+		if err != nil || code != http.StatusOK {
+			cs.add(code)
+			break
+		}
+		var lj struct {
+			LeaseID string `json:"leaseID"`
+		}
+		_ = json.Unmarshal(b, &lj)
+		leases = append(leases, lj.LeaseID)
+	}
+	defer releaseAll(t, attackerToken, c, leases)
+	if len(leases) == 0 {
+		t.Fatalf("cooldown flood: the attacker got no lease to report through: %v", cs.m)
+	}
 	var sent atomic.Int64
 	deadline := time.Now().Add(dur)
 	var wg sync.WaitGroup
@@ -644,17 +670,9 @@ func attackCooldownFlood(t *testing.T, c *child, good proxyDesc, dur time.Durati
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			code, b, err := post(c.discURL+"/v1/leases", adminToken, []byte(`{"selector":{"geo":"legit"},"ttlSeconds":3600}`))
-			if err != nil || code != http.StatusOK {
-				cs.add(code)
-				return
-			}
-			var lj struct {
-				LeaseID string `json:"leaseID"`
-			}
-			_ = json.Unmarshal(b, &lj)
+			id := leases[w%len(leases)]
 			for i := 0; time.Now().Before(deadline); i++ {
-				code, _, err := post(c.discURL+"/v1/leases/"+lj.LeaseID+"/report", adminToken,
+				code, _, err := post(c.discURL+"/v1/leases/"+id+"/report", attackerToken,
 					fmt.Appendf(nil, `{"result":"rate_limited","target":"t%d-%d.example"}`, w, i))
 				if err != nil {
 					t.Errorf("report: %v", err)
@@ -666,9 +684,28 @@ func attackCooldownFlood(t *testing.T, c *child, good proxyDesc, dur time.Durati
 		}()
 	}
 	wg.Wait()
-	t.Logf("ATTACK %-22s %d reports in %v", "cooldown flood", sent.Load(), dur)
+	t.Logf("ATTACK %-22s %d reports in %v through %d leases", "cooldown flood", sent.Load(), dur, len(leases))
 	cs.check(t, "cooldown flood", http.StatusOK, http.StatusTooManyRequests, http.StatusConflict)
 	l.finish(t, "cooldown flood", c)
+}
+
+// releaseAll releases the leases an attack took, so the next attack starts from a fleet
+// without them.
+func releaseAll(t *testing.T, token string, c *child, ids []string) {
+	t.Helper()
+	for _, id := range ids {
+		req, _ := http.NewRequest(http.MethodDelete, c.discURL+"/v1/leases/"+id, nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		res, err := client.Do(req)
+		if err != nil {
+			t.Errorf("release %s: %v", id, err)
+			continue
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK && res.StatusCode != http.StatusNoContent && res.StatusCode != http.StatusNotFound {
+			t.Errorf("release %s: %d", id, res.StatusCode)
+		}
+	}
 }
 
 // bigRelated is a hook body just under 4 MiB made of many small related objects (issue: 64
