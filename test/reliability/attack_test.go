@@ -109,12 +109,16 @@ type child struct {
 	// probeURL is a loopback target of the test's own that every mock Proxy is probed
 	// against through its proxy (a mock proxy relays nothing to the operator's listeners
 	// but GET /healthz, which a TLS hook listener does not answer in plain HTTP).
-	probeURL   string
-	log        *lockedBuffer
-	exited     chan struct{}
-	waitErr    error
-	rssMax     atomic.Int64 // bytes, since the last resetPeak
-	stopSample chan struct{}
+	probeURL string
+	// gwAddr is the gateway listener ("" without one) and siteURL a loopback site of the
+	// test's own the legitimate crawler fetches through it (gwClient), with team-a's token.
+	gwAddr, siteURL string
+	gwClient        *http.Client
+	log             *lockedBuffer
+	exited          chan struct{}
+	waitErr         error
+	rssMax          atomic.Int64 // bytes, since the last resetPeak
+	stopSample      chan struct{}
 }
 
 func freeLoopbackPort(t *testing.T) int {
@@ -476,6 +480,7 @@ type legit struct {
 	mu      sync.Mutex
 	hook    []time.Duration
 	disc    []time.Duration
+	gw      []time.Duration
 	bad     []string
 	shed    int // hook calls answered 429 with Retry-After: Metacontroller retries them
 	ok      int // hook calls answered 200
@@ -533,6 +538,17 @@ func (c *child) startLegit(p proxyDesc) *legit {
 				l.bad = append(l.bad, fmt.Sprintf("discovery list+lease: %d %v %.200s", code, err, b))
 			}
 			l.mu.Unlock()
+			if c.gwAddr != "" {
+				start = time.Now()
+				bad := c.legitGateway()
+				d = time.Since(start)
+				l.mu.Lock()
+				l.gw = append(l.gw, d)
+				if bad != "" {
+					l.bad = append(l.bad, bad)
+				}
+				l.mu.Unlock()
+			}
 			time.Sleep(20 * time.Millisecond)
 		}
 	}()
@@ -556,10 +572,11 @@ func (l *legit) finish(t *testing.T, attack string, c *child) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	peak := c.rssMax.Load()
-	t.Logf("ATTACK %-22s peak RSS %6.1f MiB; legit hook p99 %v (%d calls, %d answered 429), discovery p99 %v (%d calls); %d bad",
-		attack, float64(peak)/(1<<20), p99(l.hook).Round(time.Millisecond), len(l.hook), l.shed, p99(l.disc).Round(time.Millisecond), len(l.disc), len(l.bad))
-	if l.ok == 0 || len(l.disc) == 0 {
-		t.Errorf("%s: no legitimate hook call answered 200, or no discovery call made", attack)
+	t.Logf("ATTACK %-22s peak RSS %6.1f MiB; legit hook p99 %v (%d calls, %d answered 429), discovery p99 %v (%d calls), gateway p99 %v (%d calls); %d bad",
+		attack, float64(peak)/(1<<20), p99(l.hook).Round(time.Millisecond), len(l.hook), l.shed, p99(l.disc).Round(time.Millisecond), len(l.disc),
+		p99(l.gw).Round(time.Millisecond), len(l.gw), len(l.bad))
+	if l.ok == 0 || len(l.disc) == 0 || (c.gwAddr != "" && len(l.gw) == 0) {
+		t.Errorf("%s: no legitimate hook call answered 200, or no discovery or gateway call made", attack)
 	}
 	if len(l.bad) > 0 {
 		t.Errorf("%s: %d legitimate calls failed; first: %s", attack, len(l.bad), l.bad[0])
@@ -610,13 +627,24 @@ func TestHostileInput(t *testing.T) {
 	// The hooks as shipped: TLS and a bearer token (decision 0211). The hook floods carry the
 	// token (a stolen one, or a Metacontroller relaying whatever a tenant wrote): the bounds
 	// must hold for an authenticated caller; the forged-hook attack carries none.
-	c := startChild(t, true, "-discovery-token-file", tokens, "-hook-memory-limit", "256Mi")
+	// The gateway as shipped but for loopback targets (the legitimate site and the attacks'
+	// sinks are the test's own) and an unpaced 127.0.0.1 (the legitimate crawler measures
+	// latency, not the pace a site would learn). The memory limit sizes its budget too.
+	rules := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(rules, []byte("paces:\n  - {hosts: [\"127.0.0.1\"], requestsPerSecond: 1000}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	gwAddr := fmt.Sprintf("127.0.0.1:%d", freeLoopbackPort(t))
+	c := startChild(t, true, "-discovery-token-file", tokens, "-hook-memory-limit", "256Mi",
+		"-gateway-addr", gwAddr, "-gateway-allow-target-cidrs", "127.0.0.0/8", "-gateway-rules", rules)
 	c.ready(t)
+	c.startGatewayLegit(t, gwAddr)
 	dur := attackDuration(t)
 
 	// The legitimate Proxy: Ready and healthy before any attack.
 	good := proxyDesc{ns: "team-a", name: "legit", uid: "uid-legit", spec: attackMockSpec(c.probeURL, "legit")}
 	c.syncUntil(t, &good, "Ready", func(a syncAnswer) bool { return a.Status.Phase == "Ready" })
+	c.waitGateway(t)
 
 	t.Run("cooldown flood", func(t *testing.T) { attackCooldownFlood(t, c, good, dur) })
 	t.Run("hook bodies near the limit", func(t *testing.T) { attackBigBodies(t, c, good, dur) })
@@ -635,6 +663,14 @@ func TestHostileInput(t *testing.T) {
 	t.Run("forged hooks", func(t *testing.T) { attackForgedHooks(t, c, good, dur) })
 	t.Run("password guesses", func(t *testing.T) { attackPasswordGuess(t, c, good, dur) })
 	t.Run("unauth trickled bodies", func(t *testing.T) { attackUnauthTrickle(t, c, good, dur) })
+	// Issue 30's gateway rows (attack_gwfloods_test.go).
+	t.Run("gateway refused targets", func(t *testing.T) { attackRefusedTargets(t, c, good) })
+	t.Run("gateway fair shares", func(t *testing.T) { attackWideLeaseFlood(t, c, good, dur) })
+	t.Run("gateway paged lists", func(t *testing.T) { attackPagedLists(t, c, good, dur) })
+	t.Run("gateway idle after 407", func(t *testing.T) { attackGatewayIdle407(t, c, good, dur) })
+	t.Run("gateway connections", func(t *testing.T) { attackGatewayConns(t, c, good, dur) })
+	t.Run("gateway unfinished heads", func(t *testing.T) { attackGatewayHeads(t, c, good, dur) })
+	t.Run("gateway retry buffers", func(t *testing.T) { attackGatewayPuts(t, c, good, dur) })
 	t.Logf("operator peak RSS over the whole suite (VmHWM): %.1f MiB", float64(procStatus(c.cmd.Process.Pid, "VmHWM"))/(1<<20))
 }
 
