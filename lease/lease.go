@@ -147,6 +147,11 @@ type Request struct {
 	// store's MaxLeasesPerHolder, a holder's live leases in one namespace are bounded, so one
 	// token cannot hold every proxy of a namespace that others lease from too.
 	Holder string
+	// HolderShares, by namespace, lowers the store's MaxLeasesPerHolder for this Holder there
+	// (the caller's fair share: the namespace's capacity over the tokens that may lease in it,
+	// decision 0259). A share at or above the store's bound, or a namespace absent, changes
+	// nothing; nothing applies without a Holder or with the store's bound at 0.
+	HolderShares map[string]int
 	// Avoid are proxy keys passed over while another proxy fits; when none does, the best of
 	// them is granted. The gateway rotates with it: the upstreams it used last for a target.
 	Avoid []string

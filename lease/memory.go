@@ -240,7 +240,7 @@ func (m *Memory) Acquire(_ context.Context, r Request) (Lease, error) {
 	if r.SessionKey != "" {
 		if s := m.sessions[r.SessionKey]; s != nil {
 			if e := m.entries[s.proxy]; e != nil && fleet.Matches(e.p.Attributes, r.Selector) && inNamespaces(e.bucket, r.Namespaces) &&
-				!m.capped(r.Holder, namespaceOf(e.p.Key)) {
+				!m.capped(r, namespaceOf(e.p.Key)) {
 				if h, v := m.check(e, r.Target, now); v == fits {
 					return m.grant(e, h, r, now), nil
 				}
@@ -263,7 +263,7 @@ func (m *Memory) Acquire(_ context.Context, r Request) (Lease, error) {
 		if !inNamespaces(b, r.Namespaces) {
 			continue
 		}
-		if m.capped(r.Holder, b.ns) {
+		if m.capped(r, b.ns) {
 			// The holder's share of this namespace is taken: its proxies are others' to lease.
 			nm.Matching += b.size
 			heldOut += b.size
@@ -316,7 +316,7 @@ func (m *Memory) Acquire(_ context.Context, r Request) (Lease, error) {
 		best, bestH = fallback, fallbackH
 	}
 	if best == nil && heldOut > 0 {
-		return Lease{}, m.tooManyLeases(r.Holder)
+		return Lease{}, m.tooManyLeases(r)
 	}
 	if best == nil {
 		m.noteDenied(fullPools)
@@ -330,19 +330,37 @@ func (m *Memory) Acquire(_ context.Context, r Request) (Lease, error) {
 }
 
 // capped reports whether holder already holds its share of live leases in namespace ns.
-func (m *Memory) capped(holder, ns string) bool {
-	return holder != "" && m.cfg.MaxLeasesPerHolder > 0 && len(m.byHolder[holder+"\x00"+ns]) >= m.cfg.MaxLeasesPerHolder
+func (m *Memory) capped(r Request, ns string) bool {
+	limit := m.holderLimit(r, ns)
+	return limit > 0 && len(m.byHolder[r.Holder+"\x00"+ns]) >= limit
+}
+
+// holderLimit is r.Holder's bound in ns: the store's, or the request's share there when lower
+// (0: no bound).
+func (m *Memory) holderLimit(r Request, ns string) int {
+	if r.Holder == "" || m.cfg.MaxLeasesPerHolder <= 0 {
+		return 0
+	}
+	if share, ok := r.HolderShares[ns]; ok && share > 0 && share < m.cfg.MaxLeasesPerHolder {
+		return share
+	}
+	return m.cfg.MaxLeasesPerHolder
 }
 
 // tooManyLeases is the refusal of a holder at its share, with the earliest end of one of its
 // leases in a namespace where it is at its share (a walk of at most that share per namespace).
-func (m *Memory) tooManyLeases(holder string) error {
-	e := &TooManyLeasesError{Holder: holder, Limit: m.cfg.MaxLeasesPerHolder}
-	prefix := holder + "\x00"
+func (m *Memory) tooManyLeases(r Request) error {
+	e := &TooManyLeasesError{Holder: r.Holder, Limit: m.cfg.MaxLeasesPerHolder}
+	prefix := r.Holder + "\x00"
 	for k, set := range m.byHolder {
-		if len(set) < m.cfg.MaxLeasesPerHolder || len(k) < len(prefix) || k[:len(prefix)] != prefix {
+		if len(k) < len(prefix) || k[:len(prefix)] != prefix {
 			continue
 		}
+		limit := m.holderLimit(r, k[len(prefix):])
+		if len(set) < limit {
+			continue
+		}
+		e.Limit = min(e.Limit, limit)
 		for l := range set {
 			if e.FreeAt.IsZero() || l.expires.Before(e.FreeAt) {
 				e.FreeAt = l.expires

@@ -81,6 +81,7 @@ func Run(t *testing.T, f Factory) {
 		{"CoolingLists", testCooling},
 		{"TenantQuotas", testTenantQuotas},
 		{"LeasesPerHolder", testLeasesPerHolder},
+		{"HolderShares", testHolderShares},
 		{"BandBeforeLoadAndLatency", testBandOrder},
 		{"AdmitDeniesRecords", testAdmit},
 	} {

@@ -139,6 +139,37 @@ func testLeasesPerHolder(t *testing.T, f Factory) {
 	fx.mustAcquire(t, greedy)
 }
 
+// testHolderShares: a request's HolderShares lower the holder's bound in one namespace (its
+// fair share there), never raise it, and leave other namespaces and holders alone.
+func testHolderShares(t *testing.T, f Factory) {
+	fx := newFixtureWith(t, f, Env{MaxLeasesPerHolder: 3},
+		spec{ns: "small", name: "p1", max: 2, latency: 10}, spec{ns: "small", name: "p2", max: 2, latency: 20},
+		spec{ns: "big", name: "p1", max: 10, latency: 30})
+	wide := lease.Request{Holder: "wide", Namespaces: []string{"small", "big"}, HolderShares: map[string]int{"small": 1, "big": 50}}
+	if got := fx.mustAcquire(t, wide).Proxy.Key; got[:6] != "small/" {
+		t.Fatalf("wide's first lease on %s, want one in small (the faster proxies)", got)
+	}
+	// Its share of small (1) is taken: the next leases go to big, up to the store's bound (3),
+	// which a share above it does not raise.
+	for i := range 3 {
+		if got := fx.mustAcquire(t, wide).Proxy.Key; got != "big/p1" {
+			t.Fatalf("wide's lease %d on %s, want big/p1", i+2, got)
+		}
+	}
+	_, err := fx.acquire(t, wide)
+	var tm *lease.TooManyLeasesError
+	if !errors.As(err, &tm) || tm.Limit != 1 {
+		t.Fatalf("wide at its shares everywhere: %v, want TooManyLeasesError naming the share 1", err)
+	}
+	// small's own tenant still has the rest of small.
+	own := lease.Request{Holder: "own", Namespaces: []string{"small"}}
+	for i := range 3 {
+		if got := fx.mustAcquire(t, own).Proxy.Key; got[:6] != "small/" {
+			t.Fatalf("own's lease %d on %s, want small", i+1, got)
+		}
+	}
+}
+
 // testBandOrder: with PreferBand a Good proxy is leased before a Fair one even when the Fair
 // one is idle and faster, and an ungraded one last; without it, bands are ignored.
 func testBandOrder(t *testing.T, f Factory) {

@@ -260,8 +260,8 @@ func (s *Store) Acquire(ctx context.Context, r lease.Request) (lease.Lease, erro
 			return lease.Lease{}, unavailable("acquire", err)
 		}
 		id := newID()
-		args := append(s.head(11+len(ids)), bver, id, ms(r.TTL), r.Target, r.SessionKey, s.cfg.MaxSessions, strings.Join(r.Avoid, "\n"),
-			s.cfg.MaxSessionsPerNamespace, s.deny.list(time.Now()), r.Holder, s.cfg.MaxLeasesPerHolder)
+		args := append(s.head(12+len(ids)), bver, id, ms(r.TTL), r.Target, r.SessionKey, s.cfg.MaxSessions, strings.Join(r.Avoid, "\n"),
+			s.cfg.MaxSessionsPerNamespace, s.deny.list(time.Now()), r.Holder, s.cfg.MaxLeasesPerHolder, sharesArg(r.HolderShares))
 		for _, b := range ids {
 			args = append(args, b)
 		}
@@ -291,7 +291,13 @@ func (s *Store) Acquire(ctx context.Context, r lease.Request) (lease.Lease, erro
 			}
 			return lease.Lease{}, nm
 		case "holdercap":
-			return lease.Lease{}, &lease.TooManyLeasesError{Holder: r.Holder, Limit: s.cfg.MaxLeasesPerHolder, FreeAt: msTime(str(res, 1))}
+			limit := s.cfg.MaxLeasesPerHolder
+			for _, n := range r.HolderShares {
+				if n > 0 {
+					limit = min(limit, n)
+				}
+			}
+			return lease.Lease{}, &lease.TooManyLeasesError{Holder: r.Holder, Limit: limit, FreeAt: msTime(str(res, 1))}
 		case "ok":
 			p, h := decode(str(res, 1), str(res, 4), str(res, 5))
 			if err := s.admit(p, str(res, 4)); err != nil {
@@ -628,4 +634,22 @@ func newID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
 	return hex.EncodeToString(b[:])
+}
+
+// sharesArg is a request's HolderShares as the acquire script reads them: "ns=n" lines, in
+// namespace order (deterministic arguments).
+func sharesArg(shares map[string]int) string {
+	if len(shares) == 0 {
+		return ""
+	}
+	nss := make([]string, 0, len(shares))
+	for ns := range shares {
+		nss = append(nss, ns)
+	}
+	slices.Sort(nss)
+	var b strings.Builder
+	for _, ns := range nss {
+		fmt.Fprintf(&b, "%s=%d\n", ns, shares[ns])
+	}
+	return b.String()
 }

@@ -122,6 +122,7 @@ type Discovery struct {
 	reports    *prometheus.CounterVec
 	refused    *prometheus.CounterVec
 	denied     *prometheus.CounterVec
+	caps       capacities // per namespace, for the fair shares (shares.go)
 	unauth     *prometheus.CounterVec
 	http       *httpMetrics
 }
@@ -299,7 +300,7 @@ func (d *Discovery) serve(h httpx.HandlerFunc) http.HandlerFunc {
 				wait = max(1, int(math.Ceil(tl.FreeAt.Sub(d.Now()).Seconds())))
 			}
 			return &httpx.Error{Code: http.StatusTooManyRequests, RetryAfter: wait, Err: err,
-				Message: fmt.Sprintf("lease refused: token %s already holds %d live leases in each namespace where a proxy fits (-lease-max-per-token); release one or retry after the Retry-After seconds", tl.Holder, tl.Limit)}
+				Message: fmt.Sprintf("lease refused: token %s already holds %d live leases in each namespace where a proxy fits (its share: the namespace's capacity over the tokens that may lease there, at most -lease-max-per-token); release one or retry after the Retry-After seconds", tl.Holder, tl.Limit)}
 		case errors.As(err, &nm):
 			d.requests.WithLabelValues("no_match").Inc()
 			d.denied.WithLabelValues(refusalReason(nm)).Inc()

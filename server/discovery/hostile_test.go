@@ -170,3 +170,38 @@ func TestLeasesPerToken(t *testing.T) {
 		t.Errorf("admin beside team-a at its share: %d %s, want 200", r.code, r.body)
 	}
 }
+
+// TestFairSharesHoldWhateverTheScope is issue 30 part 5: a token scoped to every namespace
+// flooded leases and took every slot of a small namespace (the per-token bound, 256, was above
+// its capacity). Its share there is now the namespace's capacity over the tokens that may
+// lease in it: admin and team-a each get half of team-a's 4 slots.
+func TestFairSharesHoldWhateverTheScope(t *testing.T) {
+	toks, err := access.Parse([]byte(tokensYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := clocktest.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	f := &discFixture{clock: clock, view: fleet.New(clock.Now, 0), health: &healthtest.Map{}}
+	f.store = lease.NewMemory(lease.Config{Fleet: f.view, Health: f.health, Now: clock.Now, MaxLeasesPerHolder: lease.DefaultMaxLeasesPerHolder})
+	d := &discovery.Discovery{Fleet: f.view, Health: f.health, Leases: f.store, Tokens: toks, Now: clock.Now, Registerer: prometheus.NewRegistry()}
+	f.srv = httptest.NewServer(d.Handler())
+	t.Cleanup(f.srv.Close)
+	f.view.Upsert(fleet.Proxy{Key: "team-a/p1", UID: "p1", IP: "10.0.0.1", Port: 3128, MaxLeases: 4, Phase: "Ready"})
+	f.health.SetState("team-a/p1", lifecycle.HealthHealthy, 10)
+
+	const admin, team = "tok-admin-0123456789", "tok-team-a-0123456789"
+	for i := range 2 {
+		if r := f.do(t, "POST", "/v1/leases", admin, `{"ttlSeconds":3600}`); r.code != http.StatusOK {
+			t.Fatalf("admin lease %d: %d %s", i, r.code, r.body)
+		}
+	}
+	if r := f.do(t, "POST", "/v1/leases", admin, `{"ttlSeconds":3600}`); r.code != http.StatusTooManyRequests ||
+		!strings.Contains(string(r.body), "token admin already holds 2 live leases") {
+		t.Fatalf("admin beyond its share of team-a: %d %s, want 429 naming the share of 2", r.code, r.body)
+	}
+	for i := range 2 {
+		if r := f.do(t, "POST", "/v1/leases", team, `{"ttlSeconds":3600}`); r.code != http.StatusOK {
+			t.Fatalf("team-a's own lease %d beside admin's flood: %d %s, want 200", i, r.code, r.body)
+		}
+	}
+}

@@ -50,14 +50,15 @@ func (d *Discovery) acquire(w http.ResponseWriter, r *http.Request) error {
 			Message: "fleet view still warming up after a restart; retry after the Retry-After seconds"}
 	}
 	// A token leases only in its namespaces: the others' proxies are not even counted. With
-	// more than one token, each is a holder with its share per namespace (decision 0201).
+	// more than one token, each is a holder with its share per namespace (decisions 0201, 0259).
 	caller := access.FromContext(r.Context())
 	holder := ""
+	var shares map[string]int
 	if d.tokens != nil && d.tokens.Len() > 1 {
-		holder = caller.Name
+		holder, shares = caller.Name, d.sharesFor(caller, d.tokens)
 	}
 	l, err := d.Leases.Acquire(r.Context(), lease.Request{Selector: req.Selector, TTL: ttl, Target: target, SessionKey: req.SessionKey,
-		Namespaces: caller.LeaseNamespaces(), Holder: holder})
+		Namespaces: caller.LeaseNamespaces(), Holder: holder, HolderShares: shares})
 	if err != nil {
 		return err
 	}

@@ -42,6 +42,11 @@ const (
 	adminToken = "attack-admin-token-0123456789"
 	teamAToken = "attack-team-a-token-0123456789"
 	readToken  = "attack-read-only-token-0123456789"
+	teamBToken = "attack-team-b-token-0123456789"
+	// attackerToken is the attacker's own token, a lease token scoped to every namespace (a
+	// tenant's, or one stolen): floods that lease use it, never the legitimate crawler's, whose
+	// fair share of a namespace they would otherwise eat (decision 0259).
+	attackerToken = "attack-attacker-token-0123456789"
 )
 
 var (
@@ -104,12 +109,16 @@ type child struct {
 	// probeURL is a loopback target of the test's own that every mock Proxy is probed
 	// against through its proxy (a mock proxy relays nothing to the operator's listeners
 	// but GET /healthz, which a TLS hook listener does not answer in plain HTTP).
-	probeURL   string
-	log        *lockedBuffer
-	exited     chan struct{}
-	waitErr    error
-	rssMax     atomic.Int64 // bytes, since the last resetPeak
-	stopSample chan struct{}
+	probeURL string
+	// gwAddr is the gateway listener ("" without one) and siteURL a loopback site of the
+	// test's own the legitimate crawler fetches through it (gwClient), with team-a's token.
+	gwAddr, siteURL string
+	gwClient        *http.Client
+	log             *lockedBuffer
+	exited          chan struct{}
+	waitErr         error
+	rssMax          atomic.Int64 // bytes, since the last resetPeak
+	stopSample      chan struct{}
 }
 
 func freeLoopbackPort(t *testing.T) int {
@@ -135,7 +144,9 @@ func attackTokens() string {
   - {name: admin, token: %s, namespaces: ["*"], right: lease}
   - {name: team-a, token: %s, namespaces: [team-a], right: lease}
   - {name: dashboards, token: %s, namespaces: ["*"], right: read}
-`, adminToken, teamAToken, readToken)
+  - {name: team-b, token: %s, namespaces: [team-b], right: lease}
+  - {name: attacker, token: %s, namespaces: ["*"], right: lease}
+`, adminToken, teamAToken, readToken, teamBToken, attackerToken)
 }
 
 // attackHookToken is the hook listener's bearer token in the TLS configuration.
@@ -469,6 +480,7 @@ type legit struct {
 	mu      sync.Mutex
 	hook    []time.Duration
 	disc    []time.Duration
+	gw      []time.Duration
 	bad     []string
 	shed    int // hook calls answered 429 with Retry-After: Metacontroller retries them
 	ok      int // hook calls answered 200
@@ -526,6 +538,17 @@ func (c *child) startLegit(p proxyDesc) *legit {
 				l.bad = append(l.bad, fmt.Sprintf("discovery list+lease: %d %v %.200s", code, err, b))
 			}
 			l.mu.Unlock()
+			if c.gwAddr != "" {
+				start = time.Now()
+				bad := c.legitGateway()
+				d = time.Since(start)
+				l.mu.Lock()
+				l.gw = append(l.gw, d)
+				if bad != "" {
+					l.bad = append(l.bad, bad)
+				}
+				l.mu.Unlock()
+			}
 			time.Sleep(20 * time.Millisecond)
 		}
 	}()
@@ -549,10 +572,11 @@ func (l *legit) finish(t *testing.T, attack string, c *child) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	peak := c.rssMax.Load()
-	t.Logf("ATTACK %-22s peak RSS %6.1f MiB; legit hook p99 %v (%d calls, %d answered 429), discovery p99 %v (%d calls); %d bad",
-		attack, float64(peak)/(1<<20), p99(l.hook).Round(time.Millisecond), len(l.hook), l.shed, p99(l.disc).Round(time.Millisecond), len(l.disc), len(l.bad))
-	if l.ok == 0 || len(l.disc) == 0 {
-		t.Errorf("%s: no legitimate hook call answered 200, or no discovery call made", attack)
+	t.Logf("ATTACK %-22s peak RSS %6.1f MiB; legit hook p99 %v (%d calls, %d answered 429), discovery p99 %v (%d calls), gateway p99 %v (%d calls); %d bad",
+		attack, float64(peak)/(1<<20), p99(l.hook).Round(time.Millisecond), len(l.hook), l.shed, p99(l.disc).Round(time.Millisecond), len(l.disc),
+		p99(l.gw).Round(time.Millisecond), len(l.gw), len(l.bad))
+	if l.ok == 0 || len(l.disc) == 0 || (c.gwAddr != "" && len(l.gw) == 0) {
+		t.Errorf("%s: no legitimate hook call answered 200, or no discovery or gateway call made", attack)
 	}
 	if len(l.bad) > 0 {
 		t.Errorf("%s: %d legitimate calls failed; first: %s", attack, len(l.bad), l.bad[0])
@@ -603,13 +627,24 @@ func TestHostileInput(t *testing.T) {
 	// The hooks as shipped: TLS and a bearer token (decision 0211). The hook floods carry the
 	// token (a stolen one, or a Metacontroller relaying whatever a tenant wrote): the bounds
 	// must hold for an authenticated caller; the forged-hook attack carries none.
-	c := startChild(t, true, "-discovery-token-file", tokens, "-hook-memory-limit", "256Mi")
+	// The gateway as shipped but for loopback targets (the legitimate site and the attacks'
+	// sinks are the test's own) and an unpaced 127.0.0.1 (the legitimate crawler measures
+	// latency, not the pace a site would learn). The memory limit sizes its budget too.
+	rules := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(rules, []byte("paces:\n  - {hosts: [\"127.0.0.1\"], requestsPerSecond: 1000}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	gwAddr := fmt.Sprintf("127.0.0.1:%d", freeLoopbackPort(t))
+	c := startChild(t, true, "-discovery-token-file", tokens, "-hook-memory-limit", "256Mi",
+		"-gateway-addr", gwAddr, "-gateway-allow-target-cidrs", "127.0.0.0/8", "-gateway-rules", rules)
 	c.ready(t)
+	c.startGatewayLegit(t, gwAddr)
 	dur := attackDuration(t)
 
 	// The legitimate Proxy: Ready and healthy before any attack.
 	good := proxyDesc{ns: "team-a", name: "legit", uid: "uid-legit", spec: attackMockSpec(c.probeURL, "legit")}
 	c.syncUntil(t, &good, "Ready", func(a syncAnswer) bool { return a.Status.Phase == "Ready" })
+	c.waitGateway(t)
 
 	t.Run("cooldown flood", func(t *testing.T) { attackCooldownFlood(t, c, good, dur) })
 	t.Run("hook bodies near the limit", func(t *testing.T) { attackBigBodies(t, c, good, dur) })
@@ -628,15 +663,42 @@ func TestHostileInput(t *testing.T) {
 	t.Run("forged hooks", func(t *testing.T) { attackForgedHooks(t, c, good, dur) })
 	t.Run("password guesses", func(t *testing.T) { attackPasswordGuess(t, c, good, dur) })
 	t.Run("unauth trickled bodies", func(t *testing.T) { attackUnauthTrickle(t, c, good, dur) })
+	// Issue 30's gateway rows (attack_gwfloods_test.go).
+	t.Run("gateway refused targets", func(t *testing.T) { attackRefusedTargets(t, c, good) })
+	t.Run("gateway fair shares", func(t *testing.T) { attackWideLeaseFlood(t, c, good, dur) })
+	t.Run("gateway paged lists", func(t *testing.T) { attackPagedLists(t, c, good, dur) })
+	t.Run("gateway idle after 407", func(t *testing.T) { attackGatewayIdle407(t, c, good, dur) })
+	t.Run("gateway connections", func(t *testing.T) { attackGatewayConns(t, c, good, dur) })
+	t.Run("gateway unfinished heads", func(t *testing.T) { attackGatewayHeads(t, c, good, dur) })
+	t.Run("gateway retry buffers", func(t *testing.T) { attackGatewayPuts(t, c, good, dur) })
 	t.Logf("operator peak RSS over the whole suite (VmHWM): %.1f MiB", float64(procStatus(c.cmd.Process.Pid, "VmHWM"))/(1<<20))
 }
 
-// attackCooldownFlood: one lease reporting rate_limited for a new target each time (issue:
-// 281,040 reports in 30 s took RSS from 88 to 283 MB and discovery p99 to 74 ms).
+// attackCooldownFlood: leases reporting rate_limited for a new target each time (issue:
+// 281,040 reports in 30 s took RSS from 88 to 283 MB and discovery p99 to 74 ms). The attacker
+// leases with its own token as many leases as its share allows (at most 16, one per worker) and
+// its 16 workers report through them; the leases are released at the end.
 func attackCooldownFlood(t *testing.T, c *child, good proxyDesc, dur time.Duration) {
 	c.resetPeak()
 	l := c.startLegit(good)
 	var cs codes
+	var leases []string
+	for range 16 {
+		code, b, err := post(c.discURL+"/v1/leases", attackerToken, []byte(`{"selector":{"geo":"legit"},"ttlSeconds":3600}`))
+		if err != nil || code != http.StatusOK {
+			cs.add(code)
+			break
+		}
+		var lj struct {
+			LeaseID string `json:"leaseID"`
+		}
+		_ = json.Unmarshal(b, &lj)
+		leases = append(leases, lj.LeaseID)
+	}
+	defer releaseAll(t, attackerToken, c, leases)
+	if len(leases) == 0 {
+		t.Fatalf("cooldown flood: the attacker got no lease to report through: %v", cs.m)
+	}
 	var sent atomic.Int64
 	deadline := time.Now().Add(dur)
 	var wg sync.WaitGroup
@@ -644,17 +706,9 @@ func attackCooldownFlood(t *testing.T, c *child, good proxyDesc, dur time.Durati
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			code, b, err := post(c.discURL+"/v1/leases", adminToken, []byte(`{"selector":{"geo":"legit"},"ttlSeconds":3600}`))
-			if err != nil || code != http.StatusOK {
-				cs.add(code)
-				return
-			}
-			var lj struct {
-				LeaseID string `json:"leaseID"`
-			}
-			_ = json.Unmarshal(b, &lj)
+			id := leases[w%len(leases)]
 			for i := 0; time.Now().Before(deadline); i++ {
-				code, _, err := post(c.discURL+"/v1/leases/"+lj.LeaseID+"/report", adminToken,
+				code, _, err := post(c.discURL+"/v1/leases/"+id+"/report", attackerToken,
 					fmt.Appendf(nil, `{"result":"rate_limited","target":"t%d-%d.example"}`, w, i))
 				if err != nil {
 					t.Errorf("report: %v", err)
@@ -666,9 +720,28 @@ func attackCooldownFlood(t *testing.T, c *child, good proxyDesc, dur time.Durati
 		}()
 	}
 	wg.Wait()
-	t.Logf("ATTACK %-22s %d reports in %v", "cooldown flood", sent.Load(), dur)
+	t.Logf("ATTACK %-22s %d reports in %v through %d leases", "cooldown flood", sent.Load(), dur, len(leases))
 	cs.check(t, "cooldown flood", http.StatusOK, http.StatusTooManyRequests, http.StatusConflict)
 	l.finish(t, "cooldown flood", c)
+}
+
+// releaseAll releases the leases an attack took, so the next attack starts from a fleet
+// without them.
+func releaseAll(t *testing.T, token string, c *child, ids []string) {
+	t.Helper()
+	for _, id := range ids {
+		req, _ := http.NewRequest(http.MethodDelete, c.discURL+"/v1/leases/"+id, nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		res, err := client.Do(req)
+		if err != nil {
+			t.Errorf("release %s: %v", id, err)
+			continue
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK && res.StatusCode != http.StatusNoContent && res.StatusCode != http.StatusNotFound {
+			t.Errorf("release %s: %d", id, res.StatusCode)
+		}
+	}
 }
 
 // bigRelated is a hook body just under 4 MiB made of many small related objects (issue: 64

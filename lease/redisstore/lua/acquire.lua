@@ -2,8 +2,9 @@
 -- 7 session key, 8 most sessions, 9 proxies to avoid (newline-separated), 10 most sessions
 -- per namespace, 11 proxies never to lease (newline-separated: the caller's egress policy
 -- denied their records), 12 holder (the caller's token name, '' : none), 13 most live leases
--- per holder and namespace (0: no bound), 14.. the ids of the buckets the selector matches.
-local FIRST = 14
+-- per holder and namespace (0: no bound), 14 the holder's lower shares ("ns=n" lines), 15.. the
+-- ids of the buckets the selector matches.
+local FIRST = 15
 if (redis.call('GET', P .. 'bver') or '0') ~= ARGV[3] then return {'stale'} end
 sweep()
 local id, ttl, target, session, maxs = ARGV[4], tonumber(ARGV[5]), ARGV[6], ARGV[7], tonumber(ARGV[8])
@@ -15,6 +16,11 @@ for k in string.gmatch(ARGV[9], '[^\n]+') do avoid[k] = true end
 local denied = {}
 for k in string.gmatch(ARGV[11], '[^\n]+') do denied[k] = true end
 if holder == '' then maxheld = 0 end
+local shares = {}
+for ns, n in string.gmatch(ARGV[14], '([^\n=]*)=(%d+)') do
+  n = tonumber(n)
+  if n > 0 and n < maxheld then shares[ns] = n end
+end
 
 -- capped reports whether the holder already holds its most leases in namespace ns, noting
 -- when its first one there ends.
@@ -22,7 +28,7 @@ local capped_at
 local function capped(ns)
   if maxheld <= 0 then return false end
   local hk = P .. 'hl:' .. holder .. '|' .. ns
-  if redis.call('ZCARD', hk) < maxheld then return false end
+  if redis.call('ZCARD', hk) < (shares[ns] or maxheld) then return false end
   local first = redis.call('ZRANGE', hk, 0, 0, 'WITHSCORES')
   if #first == 2 and (capped_at == nil or tonumber(first[2]) < capped_at) then capped_at = tonumber(first[2]) end
   return true

@@ -242,6 +242,18 @@ func New(specs []TokenSpec) (*Tokens, error) {
 // Len is the number of tokens.
 func (t *Tokens) Len() int { return len(t.entries) }
 
+// LeaseHolders is how many tokens may lease in namespace ns (their scope names it or every
+// namespace): the holders among whom its capacity is shared.
+func (t *Tokens) LeaseHolders(ns string) int {
+	n := 0
+	for _, e := range t.entries {
+		if e.caller.MayLease(ns) {
+			n++
+		}
+	}
+	return n
+}
+
 // Authenticate finds the caller of r's bearer token. Every token is compared, by hash and in
 // constant time, whichever matches, so timing says nothing about which token is close.
 func (t *Tokens) Authenticate(r *http.Request) (*Caller, error) {
