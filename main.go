@@ -68,8 +68,6 @@ func parseFlags(args []string, stdout, stderr io.Writer) (server.Config, error) 
 	return c, c.Hooks.RequireCredentials()
 }
 
-func isHelp(arg string) bool { return arg == "-h" || arg == "-help" || arg == "--help" }
-
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	err := dispatch(ctx, os.Args[1:], os.Stdout, os.Stderr)
@@ -90,7 +88,7 @@ func exitCode(err error, stderr io.Writer) int {
 func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		if sc, ok := subcommands[args[0]]; ok {
-			if !sc.ownHelp && len(args) > 1 && isHelp(args[1]) {
+			if !sc.ownHelp && len(args) > 1 && server.IsHelp(args[1]) {
 				_, err := fmt.Fprintf(stdout, "Usage: %s\n\t%s\n", sc.usage, sc.summary)
 				return err
 			}

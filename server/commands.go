@@ -70,7 +70,7 @@ func parseCommand(name, usage, summary string, args []string, stdout, stderr io.
 // for, help is the answer and goes to stdout; otherwise usage goes with the error to stderr.
 func ParseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
-	help := slices.ContainsFunc(args, isHelp)
+	help := slices.ContainsFunc(args, IsHelp)
 	if help {
 		fs.SetOutput(stdout)
 	} else {
@@ -115,4 +115,6 @@ func explainFlagError(fs *flag.FlagSet, err error) error {
 	return fmt.Errorf("%w (run '%s -h' for every flag)", err, fs.Name())
 }
 
-func isHelp(arg string) bool { return arg == "-h" || arg == "-help" || arg == "--help" }
+// IsHelp reports whether arg asks for help (-h, -help, --help): the one spelling main.go and
+// the subcommands share.
+func IsHelp(arg string) bool { return arg == "-h" || arg == "-help" || arg == "--help" }
