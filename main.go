@@ -51,23 +51,6 @@ func usage(w io.Writer, fs *flag.FlagSet) {
 	fs.PrintDefaults()
 }
 
-// parseFlags turns the operator's command line into its Config, logging to stderr.
-func parseFlags(args []string, stdout, stderr io.Writer) (server.Config, error) {
-	fs := flag.NewFlagSet("proxy-operator", flag.ContinueOnError)
-	fs.Usage = func() { usage(fs.Output(), fs) }
-	c, logc := server.Defaults(), server.LogConfig{}
-	c.BindFlags(fs)
-	logc.BindFlags(fs)
-	if err := server.ParseFlags(fs, args, stdout, stderr); err != nil {
-		return c, err
-	}
-	c.Discovery.Token, c.Log = os.Getenv("DISCOVERY_TOKEN"), logc.Logger(stderr)
-	if err := c.Validate(); err != nil {
-		return c, err
-	}
-	return c, c.Hooks.RequireCredentials()
-}
-
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	err := dispatch(ctx, os.Args[1:], os.Stdout, os.Stderr)
@@ -100,7 +83,7 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		args = []string{"-h"}
 	}
-	c, err := parseFlags(args, stdout, stderr)
+	c, err := server.OperatorFlags(args, usage, stdout, stderr)
 	if err != nil {
 		return err
 	}

@@ -118,3 +118,24 @@ func explainFlagError(fs *flag.FlagSet, err error) error {
 // IsHelp reports whether arg asks for help (-h, -help, --help): the one spelling main.go and
 // the subcommands share.
 func IsHelp(arg string) bool { return arg == "-h" || arg == "-help" || arg == "--help" }
+
+// OperatorFlags turns the operator's command line into its Config, logging to stderr; usage,
+// when set, writes what -h prints. main.go and the tests that boot the operator as the command
+// line does share it.
+func OperatorFlags(args []string, usage func(io.Writer, *flag.FlagSet), stdout, stderr io.Writer) (Config, error) {
+	fs := flag.NewFlagSet("proxy-operator", flag.ContinueOnError)
+	if usage != nil {
+		fs.Usage = func() { usage(fs.Output(), fs) }
+	}
+	c, logc := Defaults(), LogConfig{}
+	c.BindFlags(fs)
+	logc.BindFlags(fs)
+	if err := ParseFlags(fs, args, stdout, stderr); err != nil {
+		return c, err
+	}
+	c.Discovery.Token, c.Log = os.Getenv("DISCOVERY_TOKEN"), logc.Logger(stderr)
+	if err := c.Validate(); err != nil {
+		return c, err
+	}
+	return c, c.Hooks.RequireCredentials()
+}
