@@ -44,10 +44,10 @@ demo:
 ## test: every test: the Go tests with -race (test-go), then the Python client's (test-python); what CI runs after make verify
 test: test-go test-python
 
-## test-go: go test -race ./... (25 min timeout per package: the driver package takes 3-8 min under -race on 2 busy cores), then the driver's largest simulations without -race
+## test-go: go test -race ./... (25 min timeout per package: the operator simulations in test/sim take 3-8 min under -race on 2 busy cores), then their largest without -race
 test-go:
 	$(GO) test -race -count=1 -timeout 25m ./...
-	$(GO) test -count=1 -timeout 25m -run 'TestSteadyFleetJitteringLatency|TestBringUpModelMatchesMeasurement' ./metacontroller/driver/
+	$(GO) test -count=1 -timeout 25m -run 'TestSteadyFleetJitteringLatency|TestBringUpModelMatchesMeasurement' ./test/sim/
 
 ## test-python: the Python client and its Scrapy middleware against the real binary (pytest)
 # With Debian's python3-scrapy,
@@ -159,7 +159,7 @@ load:
 docker-build:
 	docker build -t $(IMG) .
 
-# scale: the fleet-scale scenarios of metacontroller/driver under Metacontroller's modelled
+# scale: the fleet-scale scenarios of test/sim under Metacontroller's modelled
 # client budget and the machine's API server limit, at 1,000 and 10,000 proxies:
 # health-transition latency (flapping) at the recommended and the default settings,
 # apply-to-all-Ready, and the bring-up model checked against the measured runs (about an
@@ -167,6 +167,6 @@ docker-build:
 # proxies). MC_QPS, MC_BURST, MC_WORKERS, MC_RESYNC, MC_IGNORE_STATUS and MC_SERVER_RATE
 # override the recommended settings.
 SCALE_PROXIES ?= 1000,10000
-## scale: the fleet-scale driver scenarios and the bring-up model check at SCALE_PROXIES (about an hour)
+## scale: the fleet-scale simulations (test/sim) and the bring-up model check at SCALE_PROXIES (about an hour)
 scale:
-	SCALE_PROXIES=$(SCALE_PROXIES) $(GO) test -run 'TestHealthTransitionLatency|TestTimeToReady|TestBringUpModelMatchesMeasurement' -count=1 -v -timeout 120m ./metacontroller/driver/
+	SCALE_PROXIES=$(SCALE_PROXIES) $(GO) test -run 'TestHealthTransitionLatency|TestTimeToReady|TestBringUpModelMatchesMeasurement' -count=1 -v -timeout 120m ./test/sim/

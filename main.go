@@ -51,25 +51,6 @@ func usage(w io.Writer, fs *flag.FlagSet) {
 	fs.PrintDefaults()
 }
 
-// parseFlags turns the operator's command line into its Config, logging to stderr.
-func parseFlags(args []string, stdout, stderr io.Writer) (server.Config, error) {
-	fs := flag.NewFlagSet("proxy-operator", flag.ContinueOnError)
-	fs.Usage = func() { usage(fs.Output(), fs) }
-	c, logc := server.Defaults(), server.LogConfig{}
-	c.BindFlags(fs)
-	logc.BindFlags(fs)
-	if err := server.ParseFlags(fs, args, stdout, stderr); err != nil {
-		return c, err
-	}
-	c.Discovery.Token, c.Log = os.Getenv("DISCOVERY_TOKEN"), logc.Logger(stderr)
-	if err := c.Validate(); err != nil {
-		return c, err
-	}
-	return c, c.Hooks.RequireCredentials()
-}
-
-func isHelp(arg string) bool { return arg == "-h" || arg == "-help" || arg == "--help" }
-
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	err := dispatch(ctx, os.Args[1:], os.Stdout, os.Stderr)
@@ -90,7 +71,7 @@ func exitCode(err error, stderr io.Writer) int {
 func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		if sc, ok := subcommands[args[0]]; ok {
-			if !sc.ownHelp && len(args) > 1 && isHelp(args[1]) {
+			if !sc.ownHelp && len(args) > 1 && server.IsHelp(args[1]) {
 				_, err := fmt.Fprintf(stdout, "Usage: %s\n\t%s\n", sc.usage, sc.summary)
 				return err
 			}
@@ -102,7 +83,7 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		args = []string{"-h"}
 	}
-	c, err := parseFlags(args, stdout, stderr)
+	c, err := server.OperatorFlags(args, usage, stdout, stderr)
 	if err != nil {
 		return err
 	}

@@ -70,7 +70,7 @@ func parseCommand(name, usage, summary string, args []string, stdout, stderr io.
 // for, help is the answer and goes to stdout; otherwise usage goes with the error to stderr.
 func ParseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
-	help := slices.ContainsFunc(args, isHelp)
+	help := slices.ContainsFunc(args, IsHelp)
 	if help {
 		fs.SetOutput(stdout)
 	} else {
@@ -115,4 +115,27 @@ func explainFlagError(fs *flag.FlagSet, err error) error {
 	return fmt.Errorf("%w (run '%s -h' for every flag)", err, fs.Name())
 }
 
-func isHelp(arg string) bool { return arg == "-h" || arg == "-help" || arg == "--help" }
+// IsHelp reports whether arg asks for help (-h, -help, --help): the one spelling main.go and
+// the subcommands share.
+func IsHelp(arg string) bool { return arg == "-h" || arg == "-help" || arg == "--help" }
+
+// OperatorFlags turns the operator's command line into its Config, logging to stderr; usage,
+// when set, writes what -h prints. main.go and the tests that boot the operator as the command
+// line does share it.
+func OperatorFlags(args []string, usage func(io.Writer, *flag.FlagSet), stdout, stderr io.Writer) (Config, error) {
+	fs := flag.NewFlagSet("proxy-operator", flag.ContinueOnError)
+	if usage != nil {
+		fs.Usage = func() { usage(fs.Output(), fs) }
+	}
+	c, logc := Defaults(), LogConfig{}
+	c.BindFlags(fs)
+	logc.BindFlags(fs)
+	if err := ParseFlags(fs, args, stdout, stderr); err != nil {
+		return c, err
+	}
+	c.Discovery.Token, c.Log = os.Getenv("DISCOVERY_TOKEN"), logc.Logger(stderr)
+	if err := c.Validate(); err != nil {
+		return c, err
+	}
+	return c, c.Hooks.RequireCredentials()
+}

@@ -9,8 +9,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/proxy-operator/proxy-operator/server/discovery"
@@ -102,8 +100,7 @@ func NewDiscovery(cfg DiscoveryConfig) (*Discovery, error) {
 	}
 	// The replica's own metrics (its requests, latencies, refusals), served beside the API on
 	// its listener at /metrics, outside /v1 and its token, as the operator's hook listener does.
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg := replicaRegistry()
 	b.register(reg)
 	disc := &discovery.Discovery{Fleet: b.reader, Health: b.reader, Leases: b.store, Tokens: tokens, Insecure: cfg.Discovery.Insecure,
 		Log: log.With("component", "discovery"), Registerer: reg, MaxTTL: cfg.Lease.MaxTTL}

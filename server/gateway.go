@@ -9,8 +9,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/proxy-operator/proxy-operator/server/discovery"
@@ -111,8 +109,7 @@ func NewGateway(cfg GatewayConfig) (_ *Gateway, err error) {
 	if g.backend, err = newRedisBackend(cfg.Lease, admit, log); err != nil {
 		return nil, err
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg := replicaRegistry()
 	g.backend.register(reg)
 	egress, err := gatewayEgress(cfg.Egress, nil, []string{cfg.Gateway.Addr, cfg.MetricsAddr}, cfg.Lease.Store, "")
 	if err != nil {

@@ -1,14 +1,12 @@
 package server_test
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,27 +15,11 @@ import (
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
 	"github.com/proxy-operator/proxy-operator/internal/healthtest"
 	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/logtest"
 	"github.com/proxy-operator/proxy-operator/internal/redistest"
 	"github.com/proxy-operator/proxy-operator/lease/redisstore"
 	"github.com/proxy-operator/proxy-operator/server"
 )
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestDiscoveryReplicaMetricsAndRedisChecks: a discovery-only replica serves its own /metrics
 // (request counters by route and code, refusals), uses -lease-store-prefix, and warns when the
@@ -50,7 +32,7 @@ func TestDiscoveryReplicaMetricsAndRedisChecks(t *testing.T) {
 	if err := rc.ConfigSet(ctx, "appendfsync", "everysec").Err(); err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs logtest.Buffer
 	cfg := server.DiscoveryConfig{Discovery: server.DiscoveryAPIConfig{Addr: "127.0.0.1:0", Insecure: true},
 		Lease: server.DiscoveryDefaults().Lease, Log: slog.New(slog.NewTextHandler(&logs, nil))}
 	cfg.Lease.Store, cfg.Lease.StorePrefix = "redis://"+srv.Addr+"/0", "{tenant-b}:"

@@ -42,18 +42,14 @@ package driver
 
 import (
 	"bytes"
-	"container/heap"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"net/http"
 	"reflect"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -71,7 +67,8 @@ type Clock = clocktest.Clock
 // NewClock returns a clock reading t.
 func NewClock(t time.Time) *Clock { return clocktest.New(t) }
 
-// Metacontroller's numbers (docs/metacontroller.md).
+// Metacontroller's numbers: webhook.timeout's default (pkg/hooks/webhook.go) and client-go's
+// per-item backoff (docs/decisions/0056).
 const (
 	DefaultController  = "proxy-operator"
 	DefaultHookTimeout = 30 * time.Second
@@ -131,27 +128,23 @@ type Driver struct {
 	// called with the driver's lock held: it must not call the driver.
 	OnStatusWrite func(key string, at time.Time, st v1.ProxyStatus)
 
-	mu     sync.Mutex
-	objs   map[string]*object
-	uids   int
+	mu sync.Mutex
+	// store holds the Proxies, their queue, events and sync count (loop.go).
+	store[*object]
 	writes int
-	syncs  int
-	events []Event
 	// metaWrites counts PatchAnnotations calls that changed a parent (metadata.go).
 	metaWrites int
-	// queue finds the parent due first without scanning every object.
-	queue syncQueue
 }
 
 type object struct {
+	schedule
 	parent   v1.Proxy
 	children metacontroller.RelativeObjects
-	due      time.Time
-	pending  bool
-	failures int
 	writes   int
 	syncs    int
 }
+
+func (o *object) key() string { return o.parent.Key() }
 
 // Finalizer is the finalizer Metacontroller adds to every parent.
 func (d *Driver) Finalizer() string { return "metacontroller.io/compositecontroller-" + d.controller() }
@@ -237,14 +230,6 @@ func (d *Driver) Delete(key string) error {
 func (o *object) bump() {
 	rv, _ := strconv.Atoi(o.parent.ResourceVersion)
 	o.parent.ResourceVersion = strconv.Itoa(rv + 1)
-}
-
-// enqueue schedules a sync at t; the earliest pending time wins.
-func (d *Driver) enqueue(o *object, t time.Time) {
-	if !o.pending || t.Before(o.due) {
-		o.due, o.pending = t, true
-		heap.Push(&d.queue, queued{due: t, key: o.parent.Key()})
-	}
 }
 
 // Get returns a copy of the live parent.
@@ -345,42 +330,6 @@ func (d *Driver) Events() []Event {
 	return slices.Clone(d.events)
 }
 
-// next returns the parent due first (ties by key, for determinism).
-// The queue holds an entry per enqueue; entries that no longer match their object (synced,
-// moved earlier, deleted) are dropped when they reach the top.
-func (d *Driver) next() (string, time.Time, bool) {
-	for d.queue.Len() > 0 {
-		e := d.queue[0]
-		if o, ok := d.objs[e.key]; ok && o.pending && o.due.Equal(e.due) {
-			return e.key, e.due, true
-		}
-		heap.Pop(&d.queue)
-	}
-	return "", time.Time{}, false
-}
-
-// queued is one entry of the driver's sync queue.
-type queued struct {
-	due time.Time
-	key string
-}
-
-// syncQueue orders entries by due time, then key.
-type syncQueue []queued
-
-func (q syncQueue) Len() int { return len(q) }
-func (q syncQueue) Less(i, j int) bool {
-	return q[i].due.Before(q[j].due) || (q[i].due.Equal(q[j].due) && q[i].key < q[j].key)
-}
-func (q syncQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
-func (q *syncQueue) Push(x any)   { *q = append(*q, x.(queued)) }
-func (q *syncQueue) Pop() any {
-	old := *q
-	e := old[len(old)-1]
-	*q = old[:len(old)-1]
-	return e
-}
-
 // Step moves the clock to the earliest due sync and runs it. It reports false when nothing
 // is scheduled. An error is a broken contract (undecodable answer, failed re-finalize), not a
 // hook error: those become Events and backoff, as in Metacontroller.
@@ -399,83 +348,19 @@ func (d *Driver) Step() (bool, error) {
 }
 
 // RunUntilIdle runs every sync due now or earlier, without moving the clock.
-func (d *Driver) RunUntilIdle() error {
-	for range maxSteps {
-		d.mu.Lock()
-		_, due, ok := d.next()
-		d.mu.Unlock()
-		if !ok || due.After(d.Clock.Now()) {
-			return nil
-		}
-		if _, err := d.Step(); err != nil {
-			return err
-		}
-	}
-	return ErrHotLoop
-}
+func (d *Driver) RunUntilIdle() error { return runUntilIdle(d.Clock, d) }
 
-// RunFor runs every sync due within d of now, then leaves the clock at now+d.
-func (d *Driver) RunFor(dur time.Duration) error {
-	end := d.Clock.Now().Add(dur)
-	for range maxSteps {
-		d.mu.Lock()
-		_, due, ok := d.next()
-		d.mu.Unlock()
-		if !ok || due.After(end) {
-			d.Clock.AdvanceTo(end)
-			return nil
-		}
-		if _, err := d.Step(); err != nil {
-			return err
-		}
-	}
-	return ErrHotLoop
-}
+// RunFor runs every sync due within dur of now, then leaves the clock at now+dur.
+func (d *Driver) RunFor(dur time.Duration) error { return runFor(d.Clock, d, dur) }
 
 // RunUntil runs syncs until cond holds, failing once the clock would pass now+limit.
 func (d *Driver) RunUntil(cond func() bool, limit time.Duration) error {
-	end := d.Clock.Now().Add(limit)
-	for range maxSteps {
-		if cond() {
-			return nil
-		}
-		d.mu.Lock()
-		_, due, ok := d.next()
-		d.mu.Unlock()
-		if !ok || due.After(end) {
-			d.Clock.AdvanceTo(end)
-			if cond() {
-				return nil
-			}
-			return fmt.Errorf("driver: condition not met within %s", limit)
-		}
-		if _, err := d.Step(); err != nil {
-			return err
-		}
-	}
-	return ErrHotLoop
+	return runUntil(d.Clock, d, cond, limit)
 }
 
-// request is the v2 hook body.
-type request struct {
-	Controller json.RawMessage                `json:"controller"`
-	Parent     *v1.Proxy                      `json:"parent"`
-	Children   metacontroller.RelativeObjects `json:"children"`
-	Related    metacontroller.RelativeObjects `json:"related"`
-	Finalizing bool                           `json:"finalizing"`
-}
-
-func (d *Driver) controllerJSON() json.RawMessage {
-	b, _ := json.Marshal(map[string]any{
-		"apiVersion": "metacontroller.k8s.io/v1alpha1",
-		"kind":       "CompositeController",
-		"metadata":   map[string]any{"name": d.controller()},
-		"spec": map[string]any{
-			"generateSelector": true,
-			"parentResource":   map[string]any{"apiVersion": v1.APIVersion, "resource": "proxies"},
-		},
-	})
-	return b
+// hook is the proxy controller's webhook.
+func (d *Driver) hook() hook {
+	return hook{url: d.URL, client: d.Client, endpoint: d.Endpoint, timeout: d.HookTimeout}
 }
 
 // sync runs one hook call for key and applies its answer.
@@ -489,7 +374,7 @@ func (d *Driver) sync(key string) error {
 	o.pending = false
 	parentCopy := clone(o.parent)
 	parent := &parentCopy
-	req := request{Controller: d.controllerJSON(), Parent: parent, Children: o.children, Finalizing: parent.DeletionTimestamp != nil}
+	req := request[*v1.Proxy]{Controller: controllerJSON(d.controller(), "proxies"), Parent: parent, Children: o.children, Finalizing: parent.DeletionTimestamp != nil}
 	d.mu.Unlock()
 	if d.Related != nil {
 		req.Related = d.Related(parent)
@@ -501,10 +386,10 @@ func (d *Driver) sync(key string) error {
 	if req.Finalizing {
 		hook = "finalize"
 	}
-	resp, retryAfter, err := d.call(hook, req)
+	resp, retryAfter, err := d.hook().call(hook, req)
 	// Called without the lock, so it may read the driver (Status, Get) or repoint URL.
 	if err == nil && d.BeforeApply != nil && !d.BeforeApply(key, resp) {
-		err = errors.New("answer dropped before it was applied")
+		err = errDropped
 	}
 	now := d.Clock.Now()
 
@@ -515,19 +400,10 @@ func (d *Driver) sync(key string) error {
 		return nil
 	}
 	if err != nil {
-		reason := "SyncError"
-		if retryAfter > 0 {
-			reason = "Throttled"
-			d.enqueue(o, now.Add(retryAfter))
-		} else {
-			o.failures++
-			d.enqueue(o, now.Add(backoff(o.failures)))
-		}
-		d.events = append(d.events, Event{Time: now, Key: key, Reason: reason, Message: err.Error()})
+		d.failed(o, now, retryAfter, err)
 		return nil
 	}
-	o.failures = 0
-	d.syncs++
+	d.answered(o)
 	o.syncs++
 	finalized := req.Finalizing && resp.Finalized
 	if !finalized {
@@ -547,7 +423,7 @@ func (d *Driver) sync(key string) error {
 		}
 		if d.Refinalize {
 			d.mu.Unlock()
-			again, _, err := d.call("finalize", req)
+			again, _, err := d.hook().call("finalize", req)
 			d.mu.Lock()
 			if err != nil {
 				return fmt.Errorf("driver: finalize %s again after finalized: %w", key, err)
@@ -558,13 +434,11 @@ func (d *Driver) sync(key string) error {
 		}
 		return nil
 	}
-	if resp.ResyncAfterSeconds > 0 {
-		d.enqueue(o, now.Add(time.Duration(resp.ResyncAfterSeconds*float64(time.Second))))
+	period := d.ResyncPeriod
+	if d.Budget != nil {
+		period = 0 // with a Budget the period is a fleet-wide ticker, as upstream (budget.go)
 	}
-	if d.ResyncPeriod > 0 && d.Budget == nil {
-		// With a Budget the period is a fleet-wide ticker, as upstream (budget.go).
-		d.enqueue(o, now.Add(d.ResyncPeriod))
-	}
+	d.resync(o, now, resp, period)
 	return nil
 }
 
@@ -671,62 +545,6 @@ func (d *Driver) applyChildren(o *object, children []json.RawMessage) error {
 	}
 	o.children = want
 	return nil
-}
-
-// call POSTs one hook body and decodes the answer strictly, as a v2 hook does.
-func (d *Driver) call(hook string, req request) (*metacontroller.SyncResponse, time.Duration, error) {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return nil, 0, err
-	}
-	timeout := d.HookTimeout
-	if timeout <= 0 {
-		timeout = DefaultHookTimeout
-	}
-	client, err := d.Endpoint.httpClient(d.Client, timeout)
-	if err != nil {
-		return nil, 0, fmt.Errorf("%s hook: %w", hook, err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(d.URL, "/")+"/"+hook, bytes.NewReader(body))
-	if err != nil {
-		return nil, 0, err
-	}
-	hreq.Header.Set("Content-Type", "application/json")
-	d.Endpoint.authorize(hreq)
-	res, err := client.Do(hreq)
-	if err != nil {
-		return nil, 0, fmt.Errorf("%s hook: %w", hook, err)
-	}
-	defer res.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(res.Body, 16<<20))
-	if err != nil {
-		return nil, 0, fmt.Errorf("%s hook: reading answer: %w", hook, err)
-	}
-	if res.StatusCode == http.StatusTooManyRequests {
-		if s, err := strconv.Atoi(res.Header.Get("Retry-After")); err == nil && s > 0 {
-			return nil, time.Duration(s) * time.Second, fmt.Errorf("%s hook: 429: %s", hook, strings.TrimSpace(string(b)))
-		}
-	}
-	if res.StatusCode != http.StatusOK {
-		return nil, 0, fmt.Errorf("%s hook: HTTP %d: %s", hook, res.StatusCode, strings.TrimSpace(string(b)))
-	}
-	var resp metacontroller.SyncResponse
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&resp); err != nil {
-		return nil, 0, fmt.Errorf("%s hook: undecodable answer: %w", hook, err)
-	}
-	return &resp, 0, nil
-}
-
-func backoff(failures int) time.Duration {
-	d := backoffBase
-	for i := 1; i < failures && d < backoffCap; i++ {
-		d *= 2
-	}
-	return min(d, backoffCap)
 }
 
 // jsonEqual compares two values as Metacontroller compares unstructured objects.

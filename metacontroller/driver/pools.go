@@ -2,11 +2,9 @@ package driver
 
 import (
 	"bytes"
-	"context"
+	"cmp"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"net/http"
 	"reflect"
@@ -31,14 +29,18 @@ const PoolController = "proxy-operator-pools"
 // Driver playing the first controller for them. Both share one virtual clock and one queue
 // order: Step runs whichever sync is due first, and a change to a member Proxy (its status
 // written, its deletion) queues its pool at once, as a child event does in Metacontroller.
+// Both levels run the same loop (loop.go): queue, backoff, 429 + Retry-After, hook timeout and
+// answer cap; this file keeps what is particular to pools (members as children, child events).
 type Pools struct {
 	// Proxies plays the proxy controller; its Clock is the clock of both levels.
 	Proxies *Driver
 	// URL is the base URL of the pool hooks: URL+"/sync" and URL+"/finalize" are called.
 	URL string
-	// Client makes the calls (nil: a client with DefaultHookTimeout, over Endpoint's TLS when
-	// set).
+	// Client makes the calls (nil: a client with HookTimeout, over Endpoint's TLS when set).
 	Client *http.Client
+	// HookTimeout is the pools controller's webhook.timeout (0: the proxy controller's, as
+	// one install sets both).
+	HookTimeout time.Duration
 	// Endpoint, when set, is the CA and Authorization header of the pools controller (as
 	// Driver.Endpoint).
 	Endpoint *Endpoint
@@ -50,22 +52,20 @@ type Pools struct {
 	// AfterSync, when set, is called after every sync of either level (the invariant check).
 	AfterSync func()
 
-	mu     sync.Mutex
-	objs   map[string]*poolObject
-	uids   int
-	seen   map[string]seenChild // member key -> what was last seen, for child events
-	events []Event
-	syncs  int
+	mu sync.Mutex
+	// store holds the pools, their queue, events and sync count (loop.go).
+	store[*poolObject]
+	seen map[string]seenChild // member key -> what was last seen, for child events
 }
 
 type seenChild struct{ version, owner string }
 
 type poolObject struct {
-	parent   v1.ProxyPool
-	due      time.Time
-	pending  bool
-	failures int
+	schedule
+	parent v1.ProxyPool
 }
+
+func (o *poolObject) key() string { return o.parent.Key() }
 
 // PoolFinalizer is the finalizer Metacontroller adds to every pool.
 func PoolFinalizer() string { return "metacontroller.io/compositecontroller-" + PoolController }
@@ -196,25 +196,19 @@ func (ps *Pools) membersOf(uid string) []v1.Proxy {
 	return out
 }
 
-func (ps *Pools) enqueue(o *poolObject, t time.Time) {
-	if !o.pending || t.Before(o.due) {
-		o.due, o.pending = t, true
+// NextDue is when the earliest queued sync of either level is due; false when nothing is
+// queued.
+func (ps *Pools) NextDue() (time.Time, bool) {
+	ps.mu.Lock()
+	_, pdue, pok := ps.next()
+	ps.mu.Unlock()
+	xdue, xok := ps.Proxies.NextDue()
+	switch {
+	case pok && (!xok || pdue.Before(xdue)):
+		return pdue, true
+	default:
+		return xdue, xok
 	}
-}
-
-func (ps *Pools) nextPool() (string, time.Time, bool) {
-	var best string
-	var due time.Time
-	found := false
-	for k, o := range ps.objs {
-		if !o.pending {
-			continue
-		}
-		if !found || o.due.Before(due) || (o.due.Equal(due) && k < best) {
-			best, due, found = k, o.due, true
-		}
-	}
-	return best, due, found
 }
 
 // Step runs the sync due first across both levels (pools first on a tie, as their answers
@@ -222,7 +216,7 @@ func (ps *Pools) nextPool() (string, time.Time, bool) {
 // when nothing is queued.
 func (ps *Pools) Step() (bool, error) {
 	ps.mu.Lock()
-	pk, pdue, pok := ps.nextPool()
+	pk, pdue, pok := ps.next()
 	ps.mu.Unlock()
 	xdue, xok := ps.Proxies.NextDue()
 	switch {
@@ -245,48 +239,15 @@ func (ps *Pools) Step() (bool, error) {
 	return true, nil
 }
 
+// RunUntilIdle runs every sync of either level due now or earlier, without moving the clock.
+func (ps *Pools) RunUntilIdle() error { return runUntilIdle(ps.Proxies.Clock, ps) }
+
 // RunFor runs every sync due within dur of now, then leaves the clock at now+dur.
-func (ps *Pools) RunFor(dur time.Duration) error {
-	end := ps.Proxies.Clock.Now().Add(dur)
-	for range maxSteps {
-		if !ps.dueBy(end) {
-			ps.Proxies.Clock.AdvanceTo(end)
-			return nil
-		}
-		if _, err := ps.Step(); err != nil {
-			return err
-		}
-	}
-	return ErrHotLoop
-}
+func (ps *Pools) RunFor(dur time.Duration) error { return runFor(ps.Proxies.Clock, ps, dur) }
 
 // RunUntil runs syncs until cond holds, failing once the clock would pass now+limit.
 func (ps *Pools) RunUntil(cond func() bool, limit time.Duration) error {
-	end := ps.Proxies.Clock.Now().Add(limit)
-	for range maxSteps {
-		if cond() {
-			return nil
-		}
-		if !ps.dueBy(end) {
-			ps.Proxies.Clock.AdvanceTo(end)
-			if cond() {
-				return nil
-			}
-			return fmt.Errorf("driver: condition not met within %s", limit)
-		}
-		if _, err := ps.Step(); err != nil {
-			return err
-		}
-	}
-	return ErrHotLoop
-}
-
-func (ps *Pools) dueBy(end time.Time) bool {
-	ps.mu.Lock()
-	_, pdue, pok := ps.nextPool()
-	ps.mu.Unlock()
-	xdue, xok := ps.Proxies.NextDue()
-	return (pok && !pdue.After(end)) || (xok && !xdue.After(end))
+	return runUntil(ps.Proxies.Clock, ps, cond, limit)
 }
 
 // childEvents queues the pool of every member whose object changed (or went) since the last
@@ -324,15 +285,6 @@ func (ps *Pools) childEvents() {
 	}
 }
 
-// poolRequest is the v2 hook body for a pool.
-type poolRequest struct {
-	Controller json.RawMessage                `json:"controller"`
-	Parent     *v1.ProxyPool                  `json:"parent"`
-	Children   metacontroller.RelativeObjects `json:"children"`
-	Related    metacontroller.RelativeObjects `json:"related"`
-	Finalizing bool                           `json:"finalizing"`
-}
-
 func (ps *Pools) syncPool(key string) error {
 	ps.mu.Lock()
 	o, ok := ps.objs[key]
@@ -350,18 +302,16 @@ func (ps *Pools) syncPool(key string) error {
 		b, _ := json.Marshal(m)
 		children[childType][m.Key()] = b
 	}
-	ctrl, _ := json.Marshal(map[string]any{
-		"apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
-		"metadata": map[string]any{"name": PoolController},
-	})
-	req := poolRequest{Controller: ctrl, Parent: &parent, Children: children, Related: metacontroller.RelativeObjects{}, Finalizing: parent.DeletionTimestamp != nil}
-	hook := "sync"
+	req := request[*v1.ProxyPool]{Controller: controllerJSON(PoolController, "proxypools"), Parent: &parent, Children: children, Related: metacontroller.RelativeObjects{}, Finalizing: parent.DeletionTimestamp != nil}
+	name := "sync"
 	if req.Finalizing {
-		hook = "finalize"
+		name = "finalize"
 	}
-	resp, err := ps.call(hook, req)
+	h := hook{url: ps.URL, client: ps.Client, endpoint: ps.Endpoint, timeout: cmp.Or(ps.HookTimeout, ps.Proxies.HookTimeout)}
+	h.prefix = "pool "
+	resp, retryAfter, err := h.call(name, req)
 	if err == nil && ps.BeforeApply != nil && !ps.BeforeApply(key, resp) {
-		err = errors.New("answer dropped before it was applied")
+		err = errDropped
 	}
 	now := ps.Proxies.Clock.Now()
 
@@ -372,33 +322,25 @@ func (ps *Pools) syncPool(key string) error {
 		return nil
 	}
 	if err != nil {
-		o.failures++
-		ps.enqueue(o, now.Add(backoff(o.failures)))
-		ps.events = append(ps.events, Event{Time: now, Key: key, Reason: "SyncError", Message: err.Error()})
+		ps.failed(o, now, retryAfter, err)
 		ps.mu.Unlock()
 		return nil
 	}
-	o.failures = 0
-	ps.syncs++
+	ps.answered(o)
 	if err := ps.applyPoolStatus(o, resp.Status, now); err != nil {
 		ps.mu.Unlock()
-		return fmt.Errorf("driver: pool %s %s: %w", hook, key, err)
+		return fmt.Errorf("driver: pool %s %s: %w", name, key, err)
 	}
 	if req.Finalizing && resp.Finalized {
 		delete(ps.objs, key)
 		ps.mu.Unlock()
 		return nil
 	}
-	if resp.ResyncAfterSeconds > 0 {
-		ps.enqueue(o, now.Add(time.Duration(resp.ResyncAfterSeconds*float64(time.Second))))
-	}
-	if ps.ResyncPeriod > 0 {
-		ps.enqueue(o, now.Add(ps.ResyncPeriod))
-	}
+	ps.resync(o, now, resp, ps.ResyncPeriod)
 	uid := string(o.parent.UID)
 	ps.mu.Unlock()
 	if err := ps.applyMembers(parent.Namespace, uid, resp.Children); err != nil {
-		return fmt.Errorf("driver: pool %s %s: %w", hook, key, err)
+		return fmt.Errorf("driver: pool %s %s: %w", name, key, err)
 	}
 	return nil
 }
@@ -485,42 +427,4 @@ func (ps *Pools) applyMembers(namespace, uid string, children []json.RawMessage)
 		}
 	}
 	return nil
-}
-
-func (ps *Pools) call(hook string, req poolRequest) (*metacontroller.SyncResponse, error) {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return nil, err
-	}
-	client, err := ps.Endpoint.httpClient(ps.Client, DefaultHookTimeout)
-	if err != nil {
-		return nil, fmt.Errorf("%s hook: %w", hook, err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), DefaultHookTimeout)
-	defer cancel()
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(ps.URL, "/")+"/"+hook, bytes.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
-	ps.Endpoint.authorize(hreq)
-	hreq.Header.Set("Content-Type", "application/json")
-	res, err := client.Do(hreq)
-	if err != nil {
-		return nil, fmt.Errorf("pool %s hook: %w", hook, err)
-	}
-	defer res.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(res.Body, 64<<20))
-	if err != nil {
-		return nil, fmt.Errorf("pool %s hook: reading answer: %w", hook, err)
-	}
-	if res.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("pool %s hook: HTTP %d: %s", hook, res.StatusCode, strings.TrimSpace(string(b)))
-	}
-	var resp metacontroller.SyncResponse
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&resp); err != nil {
-		return nil, fmt.Errorf("pool %s hook: undecodable answer: %w", hook, err)
-	}
-	return &resp, nil
 }

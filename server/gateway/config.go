@@ -71,10 +71,24 @@ func (c Config) Apply(g *Gateway) error {
 		return err
 	}
 	g.Rules = rules
+	c.setLimits(g)
+	g.PerProxyMetrics = c.PerProxyMetrics
+	return nil
+}
+
+// setLimits copies the limits a Config sets into g.
+func (c Config) setLimits(g *Gateway) {
 	g.LeaseTTL, g.MaxTries, g.MaxRetryBody = c.LeaseTTL, c.MaxTries, c.MaxRetryBody
 	g.MaxConns, g.MaxConnsPerToken, g.MaxHeaderBytes = c.MaxConns, c.MaxConnsPerToken, c.MaxHeaderBytes
-	g.IdleTimeout, g.PerProxyMetrics = c.IdleTimeout, c.PerProxyMetrics
-	return nil
+	g.IdleTimeout = c.IdleTimeout
+}
+
+// limitsOf is the Config of g's limits, a negative one read as unset (zero), as Gateway.init
+// always has.
+func limitsOf(g *Gateway) Config {
+	return Config{LeaseTTL: max(g.LeaseTTL, 0), MaxTries: max(g.MaxTries, 0), MaxRetryBody: max(g.MaxRetryBody, 0),
+		MaxConns: max(g.MaxConns, 0), MaxConnsPerToken: max(g.MaxConnsPerToken, 0), MaxHeaderBytes: max(g.MaxHeaderBytes, 0),
+		IdleTimeout: max(g.IdleTimeout, 0)}
 }
 
 // WithDefaults fills the zero fields (other than Addr) from DefaultConfig.

@@ -155,11 +155,12 @@ func (g *Gateway) init() {
 			*d = v
 		}
 	}
-	def(&g.LeaseTTL, DefaultLeaseTTL)
+	// The limits a Config sets take their defaults in one place, Config.WithDefaults, whether
+	// the Gateway was built from flags (Config.Apply) or by hand (a test, an embedder).
+	limitsOf(g).WithDefaults().setLimits(g)
 	def(&g.AcquireWait, DefaultAcquireWait)
 	def(&g.DialTimeout, DefaultDialTimeout)
 	def(&g.ResponseHeaderTimeout, DefaultResponseHeaderTimeout)
-	def(&g.IdleTimeout, DefaultIdleTimeout)
 	def(&g.ReadHeaderTimeout, DefaultReadHeaderTimeout)
 	def(&g.MaxRetryAfter, DefaultMaxRetryAfter)
 	def(&g.QueueWait, DefaultQueueWait)
@@ -170,26 +171,11 @@ func (g *Gateway) init() {
 	if g.LeaseTTL < 2*time.Second {
 		g.LeaseTTL = 2 * time.Second
 	}
-	if g.MaxTries <= 0 {
-		g.MaxTries = DefaultMaxTries
-	}
-	if g.MaxRetryBody <= 0 {
-		g.MaxRetryBody = DefaultMaxRetryBody
-	}
-	if g.MaxConns <= 0 {
-		g.MaxConns = DefaultMaxConns
-	}
 	if fdCap := fdConnCap(); fdCap > 0 && g.MaxConns > fdCap {
 		g.Log.Warn("gateway connection limit lowered to what the descriptor limit allows", "maxConns", g.MaxConns, "allowed", fdCap)
 		g.MaxConns = fdCap
 	}
 	def(&g.FailedLoginIdle, DefaultFailedLoginIdle)
-	if g.MaxConnsPerToken <= 0 {
-		g.MaxConnsPerToken = DefaultMaxConnsPerToken
-	}
-	if g.MaxHeaderBytes <= 0 {
-		g.MaxHeaderBytes = DefaultMaxHeaderBytes
-	}
 	g.inflight = map[string]int{}
 	g.slots = map[string]*slot{}
 	g.recent = map[string][]string{}

@@ -1,7 +1,6 @@
 package gateway_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
 	"fmt"
@@ -21,6 +20,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
 	"github.com/proxy-operator/proxy-operator/internal/healthtest"
 	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/logtest"
 	"github.com/proxy-operator/proxy-operator/internal/netpolicy"
 	"github.com/proxy-operator/proxy-operator/lease"
 	"github.com/proxy-operator/proxy-operator/providers"
@@ -44,25 +44,8 @@ type env struct {
 	gw     *gateway.Gateway
 	addr   string // the gateway's host:port
 	reg    *prometheus.Registry
-	logs   *syncBuffer
+	logs   *logtest.Buffer
 	ups    map[string]string // proxy key -> upstream IP
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func tokens(t testing.TB) *access.Tokens {
@@ -94,7 +77,7 @@ func newEnv(t testing.TB, n int, mod func(*gateway.Gateway)) *env {
 
 func newEnvWith(t testing.TB, view *fleet.View, h *healthtest.Map, store lease.Store, mod func(*gateway.Gateway)) *env {
 	t.Helper()
-	e := &env{view: view, health: h, store: store, reg: prometheus.NewRegistry(), logs: &syncBuffer{}, ups: map[string]string{}}
+	e := &env{view: view, health: h, store: store, reg: prometheus.NewRegistry(), logs: &logtest.Buffer{}, ups: map[string]string{}}
 	e.gw = &gateway.Gateway{Leases: store, Tokens: tokens(t), Registerer: e.reg, Egress: loopbackPolicy(t),
 		Log: slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}
 	if mod != nil {

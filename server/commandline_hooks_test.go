@@ -1,4 +1,4 @@
-package main
+package server_test
 
 import (
 	"crypto/tls"
@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxy-operator/proxy-operator/server"
 	"github.com/proxy-operator/proxy-operator/server/hooks/hookauth"
 )
 
@@ -34,16 +35,16 @@ func TestHookCredentialFlags(t *testing.T) {
 		{"insecure turned off again", []string{"-hooks-insecure", "-hooks-insecure=false"}, []string{"-hooks-insecure"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := parseFlags(append(base, tc.args...), io.Discard, io.Discard)
+			_, err := server.OperatorFlags(append(base, tc.args...), nil, io.Discard, io.Discard)
 			if tc.want == nil {
 				if err != nil {
-					t.Errorf("parseFlags: %v", err)
+					t.Errorf("OperatorFlags: %v", err)
 				}
 				return
 			}
 			for _, w := range tc.want {
 				if err == nil || !strings.Contains(err.Error(), w) {
-					t.Errorf("parseFlags: %v, want an error containing %q", err, w)
+					t.Errorf("OperatorFlags: %v, want an error containing %q", err, w)
 				}
 			}
 		})

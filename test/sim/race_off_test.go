@@ -1,6 +1,6 @@
 //go:build !race
 
-package driver_test
+package sim_test
 
 // raceOn: see race_on_test.go.
 const raceOn = false

@@ -1,4 +1,4 @@
-package driver_test
+package sim_test
 
 import (
 	"fmt"

@@ -1,6 +1,6 @@
 //go:build race
 
-package driver_test
+package sim_test
 
 // raceOn: the race detector slows the hook server about tenfold; the largest simulations run
 // without it (make test-go runs them in a second, race-free pass).

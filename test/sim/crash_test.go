@@ -1,4 +1,4 @@
-package driver_test
+package sim_test
 
 import (
 	"context"
@@ -651,7 +651,7 @@ func envInt(t *testing.T, name string, def int) int {
 
 func TestCrashSafety(t *testing.T) {
 	rerun := func(seed uint64) string {
-		return fmt.Sprintf("rerun just it: CRASH_SEED=%d go test -race -count=1 -run 'TestCrashSafety$' -v ./metacontroller/driver/", seed)
+		return fmt.Sprintf("rerun just it: CRASH_SEED=%d go test -race -count=1 -run 'TestCrashSafety$' -v ./test/sim/", seed)
 	}
 	if v := os.Getenv("CRASH_SEED"); v != "" {
 		seed, err := strconv.ParseUint(v, 10, 64)

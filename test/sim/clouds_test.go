@@ -1,4 +1,4 @@
-package driver_test
+package sim_test
 
 import (
 	"context"
@@ -228,7 +228,7 @@ func TestCrashSafetyClouds(t *testing.T) {
 				t.Skipf("CRASH_CLOUD=%s", only)
 			}
 			rerun := func(seed uint64) string {
-				return fmt.Sprintf("rerun just it: CRASH_CLOUD=%s CRASH_SEED=%d go test -race -count=1 -run 'TestCrashSafetyClouds$' -v ./metacontroller/driver/", name, seed)
+				return fmt.Sprintf("rerun just it: CRASH_CLOUD=%s CRASH_SEED=%d go test -race -count=1 -run 'TestCrashSafetyClouds$' -v ./test/sim/", name, seed)
 			}
 			seeds := make([]uint64, n)
 			for i := range seeds {
