@@ -121,3 +121,25 @@ func requestsValue(t *testing.T, reg *prometheus.Registry, route, method, code s
 // ignoreWhen leaves a 409's when (TestDiscoveryConflictSaysWhen's subject) out of comparisons
 // of its counts.
 var ignoreWhen = cmpopts.IgnoreFields(client.ErrorBody{}, "AvailableAt", "RetryAfterSeconds")
+
+// TestDayLongCooldownSaysTheTrueTime: during a 24 h cooldown the API's 409 says so to the
+// second (Retry-After 86400, availableAt the cooldown's end), as the gateway's 503 does
+// (gateway.TestCoolingRefusalSaysTheTrueTime): issue 31's refusal said 10 s through the gateway.
+func TestDayLongCooldownSaysTheTrueTime(t *testing.T) {
+	f := newDiscFixture(t, discOpts{token: discToken})
+	f.add("p1", nil, 4, lifecycle.HealthHealthy, 10)
+	end := f.clock.Now().Add(24 * time.Hour).UTC()
+	body := `{"target":"shop.example","ttlSeconds":300}`
+	l := decodeAs[client.Lease](t, f.do(t, "POST", "/v1/leases", discToken, body))
+	if r := f.do(t, "POST", "/v1/leases/"+l.ID+"/report", discToken, `{"result":"rate_limited","target":"shop.example","retryAfterSeconds":86400}`); r.code != 200 {
+		t.Fatalf("report: %d %s", r.code, r.body)
+	}
+	if r := f.do(t, "DELETE", "/v1/leases/"+l.ID, discToken, ""); r.code != 204 {
+		t.Fatalf("release: %d", r.code)
+	}
+	r := f.do(t, "POST", "/v1/leases", discToken, body)
+	got := decodeAs[noMatchWhen](t, r)
+	if r.code != 409 || r.header.Get("Retry-After") != "86400" || got.AvailableAt == nil || !got.AvailableAt.Equal(end) {
+		t.Fatalf("%d Retry-After %q availableAt %v, want 409, 86400 and %s", r.code, r.header.Get("Retry-After"), got.AvailableAt, end)
+	}
+}
