@@ -441,7 +441,8 @@ func (o *Operator) buildServers(h *hooks.Hooks, disc *discovery.Discovery, token
 			return err
 		}
 		gw := &gateway.Gateway{Leases: o.store, Fleet: disc.Fleet, Tokens: tokens, Insecure: o.cfg.Discovery.Insecure,
-			Log: o.log.With("component", "gateway"), Registerer: reg, Egress: egress, Reports: disc.Reports}
+			Log: o.log.With("component", "gateway"), Registerer: reg, Egress: egress, Reports: disc.Reports,
+			Shares: disc.SharesFor} // the API's fair shares hold through the gateway (decision 0259)
 		if o.redis != nil {
 			gw.Book = o.redis.store // the pace shared with the gateway replicas (decision 0268)
 		}

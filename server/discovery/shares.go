@@ -42,6 +42,15 @@ func (c *capacities) of(d *Discovery) map[string]int {
 	return byNS
 }
 
+// SharesFor are caller's fair shares in the namespaces it may lease in, for a gateway in the
+// same process (nil without more than one token: no holder, no share).
+func (d *Discovery) SharesFor(caller *access.Caller) map[string]int {
+	if d.tokens == nil || d.tokens.Len() <= 1 {
+		return nil
+	}
+	return d.sharesFor(caller, d.tokens)
+}
+
 // sharesFor are caller's fair shares in the namespaces it may lease in (lease.Request's
 // HolderShares; the store keeps the lower of a share and its own bound).
 func (d *Discovery) sharesFor(caller *access.Caller, tokens *access.Tokens) map[string]int {

@@ -70,7 +70,11 @@ type Gateway struct {
 	Fleet FleetSource
 	// Tokens authenticate the proxy password. Insecure serves without one, as a caller with
 	// every right (only on a trusted address).
-	Tokens   *access.Tokens
+	Tokens *access.Tokens
+	// Shares, when set, gives a token's fair share per namespace (decision 0259; the operator
+	// wires the discovery API's). With more than one token every gateway lease is held in the
+	// token's name, so the store's per-token bound applies even without Shares.
+	Shares   func(*access.Caller) map[string]int
 	Insecure bool
 	// Rules detect bans in plain-HTTP answers (nil: the default rules).
 	Rules *Rules
@@ -403,6 +407,14 @@ func (g *Gateway) request(p pick, target string) lease.Request {
 	req := lease.Request{Selector: p.sel.Selector, TTL: g.LeaseTTL, Target: target, Namespaces: p.caller.LeaseNamespaces()}
 	if p.sel.Namespace != "" {
 		req.Namespaces = []string{p.sel.Namespace}
+	}
+	if g.Tokens != nil && g.Tokens.Len() > 1 {
+		// The lease is the token's, as through the API: the per-token bound and the token's
+		// fair share of each namespace hold for requests through the gateway too.
+		req.Holder = p.caller.Name
+		if g.Shares != nil {
+			req.HolderShares = g.Shares(p.caller)
+		}
 	}
 	if p.sel.Session != "" {
 		// Sessions are the token's own: two tenants choosing the same id do not share one.

@@ -23,6 +23,7 @@ const (
 	ReasonAtCapacity   = "at_capacity"   // upstreams fit but are in use (for the site, or full)
 	ReasonQueueFull    = "queue_full"    // the site's queue is full, or its pace allowed nothing in time
 	ReasonTargetDenied = "target_denied" // the egress policy refuses the target (403, decision 0250)
+	ReasonTokenShare   = "token_share"   // the token holds its share of leases in every namespace that fits (429, decision 0259)
 )
 
 // refusal is a request the gateway answers itself because no upstream could take it: the
@@ -60,7 +61,7 @@ func refuse(code int, reason, msg string, now, at time.Time, fallback time.Durat
 		wait = at.Sub(now)
 	}
 	r := &refusal{code: code, reason: reason, err: err, body: RefusalBody{Reason: reason, ErrorBody: client.ErrorBody{Error: msg}}}
-	if code == http.StatusServiceUnavailable {
+	if code == http.StatusServiceUnavailable || code == http.StatusTooManyRequests {
 		r.body.RetryAfterSeconds = int64(max(1, math.Ceil(wait.Seconds())))
 	}
 	if !at.IsZero() {
@@ -75,6 +76,7 @@ func refuse(code int, reason, msg string, now, at time.Time, fallback time.Durat
 // must not come back every 10 s through a 24 h cooldown.
 func (g *Gateway) leaseError(err error) error {
 	var nm *lease.NoMatchError
+	var tm *lease.TooManyLeasesError
 	var rf *refusal
 	now := g.Now()
 	switch {
@@ -101,6 +103,14 @@ func (g *Gateway) leaseError(err error) error {
 		r.body.Matching, r.body.Unhealthy, r.body.AtCapacity = nm.Matching, nm.Unhealthy, nm.AtCapacity
 		r.body.CoolingForTarget, r.body.LeasedForTarget, r.body.Target = nm.Cooling, nm.LeasedForTarget, nm.Target
 		return r
+	case errors.As(err, &tm):
+		// The token's own share is full: its other requests end within the lease TTL, and a
+		// release can come at any moment (at most a second, as for at_capacity).
+		at := tm.FreeAt
+		if at.IsZero() || at.Sub(now) > time.Second {
+			at = now.Add(time.Second)
+		}
+		return refuse(http.StatusTooManyRequests, ReasonTokenShare, tm.Error(), now, at, time.Second, err)
 	case errors.Is(err, lease.ErrUnavailable):
 		return &httpx.Error{Code: http.StatusServiceUnavailable, RetryAfter: 1, Err: err,
 			Message: "lease store unavailable; retry after the Retry-After seconds"}
