@@ -36,8 +36,10 @@ import (
 // lease when nothing fits) and their p99 is reported.
 
 const (
-	// rssLimit is the bound the issue sets (the Deployment's limit is 256Mi).
-	rssLimit = 200 << 20
+	// rssLimit is issue 30's bound: the Deployment's memory limit (256Mi). It was 200 MiB
+	// (issue 10's) until the suite's operator ran its gateway, with a budget of its own, in the
+	// same process; rows that pass 200 MiB are named in docs/reliability.md.
+	rssLimit = 256 << 20
 
 	adminToken = "attack-admin-token-0123456789"
 	teamAToken = "attack-team-a-token-0123456789"
