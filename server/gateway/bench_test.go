@@ -2,7 +2,6 @@ package gateway_test
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"io"
 	"net"
@@ -17,10 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proxy-operator/proxy-operator/internal/fleet"
-	"github.com/proxy-operator/proxy-operator/internal/healthtest"
 	"github.com/proxy-operator/proxy-operator/internal/redistest"
-	"github.com/proxy-operator/proxy-operator/lease/redisstore"
 	"github.com/proxy-operator/proxy-operator/server/gateway"
 )
 
@@ -225,20 +221,7 @@ func BenchmarkGatewayReplicas(b *testing.B) {
 	}
 	phase := time.Duration(secs) * time.Second
 	srv := redistest.Start(b)
-	view := fleet.New(time.Now, 0)
-	h := &healthtest.Map{}
-	var reps []*env
-	for range 3 {
-		e := redisGateway(b, srv.Addr, view, h)
-		e.gw.Book = e.store.(*redisstore.Store)
-		reps = append(reps, e)
-	}
-	for i := 1; i <= 16; i++ {
-		reps[0].addUpstream(b, fmt.Sprintf("crawl/p%d", i), fmt.Sprintf("127.0.0.%d", 60+i), map[string]string{"pool": "bench"}, 10000)
-	}
-	if err := redisstore.NewPublisher(redisstore.PublisherConfig{Store: reps[0].store.(*redisstore.Store), Fleet: view, Health: h}).Sync(context.Background()); err != nil {
-		b.Fatal(err)
-	}
+	reps := bookedReplicas(b, srv.Addr, 3, 16, 60, map[string]string{"pool": "bench"}, 10000)
 	const clients = 96
 	sites := make([]string, clients)
 	for i := range sites {

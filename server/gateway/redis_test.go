@@ -31,6 +31,28 @@ func redisGateway(t testing.TB, addr string, view *fleet.View, h *healthtest.Map
 	return newEnvWith(t, view, h, store, nil)
 }
 
+// bookedReplicas are n gateway replicas over the Redis at addr, each booking its sends in the
+// shared pace book (decision 0268), in front of ups real mock upstreams (keys crawl/p1..,
+// addresses 127.0.0.<base+i>, attributes attrs) that the operator's publisher put in Redis.
+func bookedReplicas(t testing.TB, addr string, n, ups, base int, attrs map[string]string, maxLeases int32) []*env {
+	t.Helper()
+	view := fleet.New(time.Now, 0)
+	h := &healthtest.Map{}
+	var reps []*env
+	for range n {
+		e := redisGateway(t, addr, view, h)
+		e.gw.Book = e.store.(*redisstore.Store)
+		reps = append(reps, e)
+	}
+	for i := 1; i <= ups; i++ {
+		reps[0].addUpstream(t, fmt.Sprintf("crawl/p%d", i), fmt.Sprintf("127.0.0.%d", base+i), attrs, maxLeases)
+	}
+	if err := redisstore.NewPublisher(redisstore.PublisherConfig{Store: reps[0].store.(*redisstore.Store), Fleet: view, Health: h}).Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return reps
+}
+
 func TestTwoGatewaysOverOneRedisShareSessionsAndBans(t *testing.T) {
 	srv := redistest.Start(t)
 	view := fleet.New(time.Now, 0)

@@ -1,7 +1,6 @@
 package gateway_test
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -9,10 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proxy-operator/proxy-operator/internal/fleet"
-	"github.com/proxy-operator/proxy-operator/internal/healthtest"
 	"github.com/proxy-operator/proxy-operator/internal/redistest"
-	"github.com/proxy-operator/proxy-operator/lease/redisstore"
 	"github.com/proxy-operator/proxy-operator/test/crawlfarm"
 )
 
@@ -28,20 +24,7 @@ func TestThreeReplicasShareOnePace(t *testing.T) {
 		t.Skipf("cannot start the farm on 127.0.10.31: %v", err)
 	}
 	t.Cleanup(farm.Close)
-	view := fleet.New(time.Now, 0)
-	h := &healthtest.Map{}
-	var replicas []*env
-	for range 3 {
-		e := redisGateway(t, srv.Addr, view, h)
-		e.gw.Book = e.store.(*redisstore.Store)
-		replicas = append(replicas, e)
-	}
-	for i := 1; i <= 3; i++ {
-		replicas[0].addUpstream(t, fmt.Sprintf("crawl/p%d", i), fmt.Sprintf("127.0.0.%d", 40+i), map[string]string{"pool": "web"}, 50)
-	}
-	if err := redisstore.NewPublisher(redisstore.PublisherConfig{Store: replicas[0].store.(*redisstore.Store), Fleet: view, Health: h}).Sync(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	replicas := bookedReplicas(t, srv.Addr, 3, 3, 40, map[string]string{"pool": "web"}, 50)
 	const pagesPerReplica = 8
 	var (
 		mu      sync.Mutex
