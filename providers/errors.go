@@ -54,3 +54,10 @@ func ClassName(err error) string {
 		return "transient"
 	}
 }
+
+// Omitted is the error of a provider the binary was built without (-tags omit_<name>, as make
+// build, make run and make demo build it: decision 0282). name is the provider type, title
+// the cloud's own name.
+func Omitted(name, title string) error {
+	return fmt.Errorf("%s: this binary was built with -tags omit_%s, without the %s client; build it without that tag (make build GO_TAGS=) or run the container image, which carries every provider", name, name, title)
+}

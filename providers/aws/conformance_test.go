@@ -1,3 +1,5 @@
+//go:build !omit_aws
+
 package aws
 
 import (

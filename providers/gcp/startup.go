@@ -1,3 +1,5 @@
+//go:build !omit_gcp
+
 package gcp
 
 import (

@@ -1,3 +1,5 @@
+//go:build !omit_hetzner
+
 package hetzner
 
 import (
