@@ -44,7 +44,7 @@ run: build
 
 ## demo: the README quickstart (scripts/quickstart.sh): build, start with a demo fleet, lease a proxy, fetch through it, stop
 demo:
-	BIN=$(BIN) bash scripts/quickstart.sh
+	BIN=$(BIN) GO_TAGS=$(GO_TAGS) bash scripts/quickstart.sh
 
 ## test: every test: the Go tests with -race (test-go), then the Python client's (test-python); what CI runs after make verify
 test: test-go test-python

@@ -132,7 +132,8 @@ func TestMakeHelp(t *testing.T) {
 }
 
 // TestOneSetOfBuildFlags: make build (so make run) and the quickstart (so make demo) build the
-// binary with the same flags, so neither throws away what the other built.
+// binary with the same flags and tags (decision 0282), so neither throws away what the other
+// built, and the script pasted alone leaves out the same cloud clients as make does.
 func TestOneSetOfBuildFlags(t *testing.T) {
 	makefile, err := os.ReadFile(filepath.Join("..", "Makefile"))
 	if err != nil {
@@ -142,9 +143,12 @@ func TestOneSetOfBuildFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const flags = "CGO_ENABLED=0 $(GO) build -trimpath"
-	if !strings.Contains(string(makefile), "GO_BUILD      = "+flags+"\n") {
-		t.Fatalf("Makefile has no GO_BUILD = %s", flags)
+	const flags, tags = "CGO_ENABLED=0 $(GO) build -trimpath", "omit_aws,omit_gcp,omit_hetzner"
+	if !strings.Contains(string(makefile), "GO_BUILD      = "+flags+" -tags '$(GO_TAGS)'\n") {
+		t.Fatalf("Makefile has no GO_BUILD = %s -tags '$(GO_TAGS)'", flags)
+	}
+	if !strings.Contains(string(makefile), "GO_TAGS       ?= "+tags+"\n") {
+		t.Errorf("Makefile has no GO_TAGS ?= %s", tags)
 	}
 	var builds []string
 	for _, line := range strings.Split(string(makefile), "\n") {
@@ -155,11 +159,11 @@ func TestOneSetOfBuildFlags(t *testing.T) {
 	if len(builds) != 1 || builds[0] != "$(GO_BUILD) -o $(BIN) ." {
 		t.Errorf("Makefile recipes building $(BIN): %q, want only \"$(GO_BUILD) -o $(BIN) .\"", builds)
 	}
-	want := strings.ReplaceAll(flags, "$(GO)", "go") + ` -o "$BIN" .`
+	want := strings.ReplaceAll(flags, "$(GO)", "go") + ` -tags "${GO_TAGS-` + tags + `}" -o "$BIN" .`
 	if !strings.Contains(string(script), want) {
 		t.Errorf("scripts/quickstart.sh does not build with %q", want)
 	}
-	if !strings.Contains(string(makefile), "demo:\n\tBIN=$(BIN) bash scripts/quickstart.sh") {
-		t.Errorf("make demo does not hand $(BIN) to the quickstart")
+	if !strings.Contains(string(makefile), "demo:\n\tBIN=$(BIN) GO_TAGS=$(GO_TAGS) bash scripts/quickstart.sh") {
+		t.Errorf("make demo does not hand $(BIN) and $(GO_TAGS) to the quickstart")
 	}
 }
