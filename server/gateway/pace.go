@@ -59,12 +59,16 @@ type pacer struct {
 
 // sitePace is one site's learned pace and the upstreams that served it.
 type sitePace struct {
-	name    string
-	elem    *list.Element
-	rate    float64 // requests/s per upstream
-	ceil    float64 // the site's limit as last measured: the rate of the last 429, or the highest rate proven below it (0: none yet, slow start)
-	proven  float64 // the highest rate a tested success proved since the last cut
-	limit   float64 // a rule's rate: never exceeded (0: none)
+	name   string
+	elem   *list.Element
+	rate   float64 // requests/s per upstream
+	ceil   float64 // the site's limit as last measured: the rate of the last 429, or the highest rate proven below it (0: none yet, slow start)
+	proven float64 // the highest rate a tested success proved since the last cut
+	limit  float64 // a rule's rate: never exceeded (0: none)
+	// canary is, in slow start, the one upstream that sends at the raised pace; the others
+	// keep to the rate last proven, so an overshoot costs one 429, not one per upstream
+	// (decision 0290). Empty: none chosen yet, or slow start is over.
+	canary  string
 	lastCut time.Time
 	lastUp  time.Time
 	ups     map[string]*upPace
@@ -145,9 +149,24 @@ func (p *pacer) siteLocked(name string) *sitePace {
 	return s
 }
 
-// interval is the time between two sends through one upstream; the caller holds p.mu.
-func (s *sitePace) interval() time.Duration {
-	return time.Duration(float64(time.Second) / s.rate)
+// interval is the time between two sends through one upstream at the site's pace; the caller
+// holds p.mu.
+func (s *sitePace) interval() time.Duration { return every(s.rate) }
+
+// every is the interval between two sends at rate.
+func every(rate float64) time.Duration { return time.Duration(float64(time.Second) / rate) }
+
+// slowStartLocked reports whether the pace is still climbing to the site's first 429 with no
+// rule to bound it: then only the canary tries a rate not yet proven.
+func (s *sitePace) slowStartLocked() bool { return s.ceil == 0 && s.limit == 0 }
+
+// rateLocked is the pace of upstream key for s: the site's, but in slow start for any
+// upstream but the canary, the rate last proven (at least the polite DefaultPaceRate).
+func (s *sitePace) rateLocked(key string) float64 {
+	if !s.slowStartLocked() || key == s.canary {
+		return s.rate
+	}
+	return min(s.rate, max(s.proven, DefaultPaceRate))
 }
 
 // readyLocked is when upstream key may next send to s (zero: now, never used).
@@ -156,7 +175,7 @@ func (s *sitePace) readyLocked(key string) time.Time {
 	if u == nil {
 		return time.Time{}
 	}
-	t := u.last.Add(s.interval())
+	t := u.last.Add(every(s.rateLocked(key)))
 	if u.floor.After(t) {
 		t = u.floor
 	}
@@ -257,7 +276,10 @@ func (p *pacer) reserve(s *sitePace, key string) paceTicket {
 		u = &upPace{}
 		s.ups[key] = u
 	} else {
-		tested = at.Sub(u.last) <= time.Duration(paceTested*float64(s.interval()))
+		tested = at.Sub(u.last) <= time.Duration(paceTested*float64(every(s.rateLocked(key))))
+	}
+	if s.slowStartLocked() && (s.canary == "" || s.ups[s.canary] == nil) {
+		s.canary = key // the first upstream to send, or the next once the canary is forgotten
 	}
 	u.last = at
 	s.sent++
@@ -269,8 +291,11 @@ func (p *pacer) reserve(s *sitePace, key string) paceTicket {
 	if _, ok := s.traffic[ns]; ok || len(s.traffic) < maxPaceTrafficNS {
 		s.traffic[ns]++
 	}
-	return paceTicket{site: s, key: key, at: at, tested: tested, rate: s.rate}
+	return paceTicket{site: s, key: key, at: at, tested: tested, rate: s.rateLocked(key)}
 }
+
+// interval is the pace t was booked at, as the interval between two sends.
+func (t paceTicket) interval() time.Duration { return every(t.rate) }
 
 // ok learns from a success: a send that tested the pace raises it.
 func (p *pacer) ok(t paceTicket) {
@@ -282,6 +307,9 @@ func (p *pacer) ok(t paceTicket) {
 	s, now := t.site, p.now()
 	if t.at.After(s.lastCut) {
 		s.proven = max(s.proven, t.rate)
+	}
+	if s.slowStartLocked() && t.key != s.canary {
+		return // it proved the rate the canary had proven already: only the canary's raise it
 	}
 	if now.Sub(s.lastUp) < s.interval() {
 		// One raise per interval, however many upstreams answered in it: the pace is per
@@ -333,13 +361,7 @@ func (p *pacer) limited(t paceTicket, retryAfter time.Duration) {
 	s.rate = max(min(s.rate*paceCut, paceHeadroom*s.ceil), 1e-3)
 	s.proven = 0
 	s.lastCut = now
-}
-
-// intervalOf is s's interval between two sends through one upstream now.
-func (p *pacer) intervalOf(s *sitePace) time.Duration {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return s.interval()
+	s.canary = ""
 }
 
 // floorOf is the shortest interval the last 429 allows s (the pace never climbs past

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -26,6 +27,8 @@ func TestPaceLearns(t *testing.T) {
 		t.Fatalf("first send: %+v, want now and untested", first)
 	}
 	p.ok(first)
+	b := p.reserve(s, "b")
+	p.ok(b) // untested: its first send
 	if s.rate != DefaultPaceRate {
 		t.Fatalf("an untested success moved the pace to %g", s.rate)
 	}
@@ -41,8 +44,6 @@ func TestPaceLearns(t *testing.T) {
 	if s.rate != DefaultPaceRate*paceSlowStart {
 		t.Fatalf("after a tested success the pace is %g, want %g", s.rate, DefaultPaceRate*paceSlowStart)
 	}
-	b := p.reserve(s, "b")
-	p.ok(b) // untested anyway; and within the interval of the last raise
 	clock.Advance(800 * time.Millisecond)
 	limited := p.reserve(s, "a")
 	other := p.reserve(s, "b")
@@ -114,4 +115,101 @@ func TestPaceCutWithoutProof(t *testing.T) {
 	if want := min(refused*paceCut, paceHeadroom*0.8); refused <= 0.8 || s.ceil != 0.8 || s.rate != want {
 		t.Fatalf("proven 0.8, refused %g: pace %g ceiling %g, want %g and 0.8", refused, s.rate, s.ceil, want)
 	}
+}
+
+// TestPaceSlowStartOneCanary: in slow start only one upstream (the canary, the first to send)
+// tries the raised pace; the others keep to the rate it proved, so the overshoot that ends
+// slow start costs one 429, not one per upstream whose send left before the 429 came back
+// (decision 0290). Sixteen upstreams, all busy, answers 200 ms after each send, against a
+// site that allows each source one request a second (the crawl farm's rate-limited site):
+// one 429 in 400 sends (the pace before 0290: 16), and the pace settles under the limit.
+func TestPaceSlowStartOneCanary(t *testing.T) {
+	clock := clocktest.New(time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC))
+	p := newPacer(clock.Now, noRule, 4)
+	p.mu.Lock()
+	s := p.siteLocked("site.example")
+	p.mu.Unlock()
+	const (
+		limit   = time.Second // the site's interval per source
+		latency = 200 * time.Millisecond
+	)
+	type answer struct {
+		t       paceTicket
+		at      time.Time
+		refused bool
+	}
+	var (
+		ups      = make([]string, 16)
+		lastAt   = map[string]time.Time{}
+		inFlight = map[string]bool{}
+		answers  []answer
+		refused  int
+		sent     int
+	)
+	for i := range ups {
+		ups[i] = fmt.Sprintf("ns/up-%02d", i)
+	}
+	for sent < 400 {
+		now := clock.Now()
+		next := now.Add(time.Hour)
+		rest := answers[:0]
+		for _, a := range answers {
+			if a.at.After(now) {
+				rest = append(rest, a)
+				next = minTime(next, a.at)
+				continue
+			}
+			inFlight[a.t.key] = false
+			if a.refused {
+				p.limited(a.t, 2*time.Second)
+			} else {
+				p.ok(a.t)
+			}
+		}
+		answers = rest
+		for _, k := range ups {
+			if inFlight[k] {
+				continue
+			}
+			if r := p.ready(s, k); r.After(now) {
+				next = minTime(next, r)
+				continue
+			}
+			tk := p.reserve(s, k)
+			sent++
+			inFlight[k] = true
+			a := answer{t: tk, at: tk.at.Add(latency)}
+			if last, ok := lastAt[k]; ok && tk.at.Sub(last) < limit {
+				a.refused = true
+				refused++
+			} else {
+				lastAt[k] = tk.at
+			}
+			answers = append(answers, a)
+			next = minTime(next, a.at)
+		}
+		if s.rate > DefaultPaceRate && s.ceil == 0 {
+			p.mu.Lock()
+			for _, k := range ups {
+				if k != s.canary && s.rateLocked(k) > DefaultPaceRate {
+					t.Errorf("in slow start %s paces at %g before the canary %s proved it", k, s.rateLocked(k), s.canary)
+				}
+			}
+			p.mu.Unlock()
+		}
+		clock.Advance(next.Sub(now))
+	}
+	if refused != 1 {
+		t.Errorf("%d 429s in %d sends, want 1 (the canary's overshoot)", refused, sent)
+	}
+	if s.ceil != DefaultPaceRate || s.rate > DefaultPaceRate || s.canary != "" {
+		t.Errorf("pace %g ceiling %g canary %q, want under the proven %g with slow start over", s.rate, s.ceil, s.canary, DefaultPaceRate)
+	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }

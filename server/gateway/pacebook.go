@@ -30,7 +30,7 @@ func (g *Gateway) booked(ctx context.Context, t paceTicket, deadline time.Time) 
 		return t, nil
 	}
 	bctx, cancel := context.WithTimeout(ctx, bookTimeout)
-	wait, err := g.Book.BookSend(bctx, t.site.name, t.key, g.pace.intervalOf(t.site))
+	wait, err := g.Book.BookSend(bctx, t.site.name, t.key, t.interval())
 	cancel()
 	if err != nil {
 		g.Log.Debug("gateway shared pace unavailable: pacing by this replica alone", "target", t.site.name, "err", err)
