@@ -19,7 +19,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/internal/clocktest"
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
 	"github.com/proxy-operator/proxy-operator/internal/healthtest"
-	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 	"github.com/proxy-operator/proxy-operator/lease"
 	"github.com/proxy-operator/proxy-operator/server/discovery"
 )
@@ -46,11 +46,11 @@ func startAPI(t *testing.T, token string, warmup time.Duration) *api {
 	return &api{url: srv.URL, clock: clock, view: view, health: h}
 }
 
-func (a *api) addProxy(name, ip, geo string, state lifecycle.HealthState, latency int64) {
+func (a *api) addProxy(name, ip, geo string, state verdict.State, latency int64) {
 	key := "crawl/" + name
 	a.view.Upsert(fleet.Proxy{Key: key, UID: "uid-" + name, IP: ip, Port: 3128, Attributes: map[string]string{"geo": geo},
 		MaxLeases: 2, Phase: "Ready"})
-	a.health.Set(key, lifecycle.Health{State: state, LatencyMillis: latency})
+	a.health.Set(key, verdict.Health{State: state, LatencyMillis: latency})
 }
 
 // newClient returns a client whose waits move the API's clock instead of sleeping, and
@@ -73,9 +73,9 @@ func newClient(t *testing.T, a *api, opts ...client.Option) (*client.Client, *[]
 
 func TestListLeaseRenewReportRelease(t *testing.T) {
 	a := startAPI(t, "s3cret-0123456789abcdef", 0)
-	a.addProxy("eu-1", "127.0.0.11", "eu", lifecycle.HealthHealthy, 5)
-	a.addProxy("eu-2", "127.0.0.12", "eu", lifecycle.HealthUnhealthy, 5)
-	a.addProxy("us-1", "127.0.0.13", "us", lifecycle.HealthHealthy, 5)
+	a.addProxy("eu-1", "127.0.0.11", "eu", verdict.Healthy, 5)
+	a.addProxy("eu-2", "127.0.0.12", "eu", verdict.Unhealthy, 5)
+	a.addProxy("us-1", "127.0.0.13", "us", verdict.Healthy, 5)
 	c, _ := newClient(t, a, client.WithToken("s3cret-0123456789abcdef"))
 	ctx := context.Background()
 
@@ -145,11 +145,11 @@ func TestListLeaseRenewReportRelease(t *testing.T) {
 
 func TestNoMatchCountsAfterRetries(t *testing.T) {
 	a := startAPI(t, "", 0)
-	a.addProxy("eu-1", "127.0.0.11", "eu", lifecycle.HealthHealthy, 5)
-	a.addProxy("eu-2", "127.0.0.12", "eu", lifecycle.HealthUnhealthy, 5)
-	a.addProxy("eu-3", "127.0.0.13", "eu", lifecycle.HealthHealthy, 50)
+	a.addProxy("eu-1", "127.0.0.11", "eu", verdict.Healthy, 5)
+	a.addProxy("eu-2", "127.0.0.12", "eu", verdict.Unhealthy, 5)
+	a.addProxy("eu-3", "127.0.0.13", "eu", verdict.Healthy, 50)
 	a.view.Upsert(fleet.Proxy{Key: "crawl/eu-4", UID: "uid-eu-4", IP: "127.0.0.14", Port: 3128, Attributes: map[string]string{"geo": "eu"}, MaxLeases: 4, Phase: "Ready"})
-	a.health.Set("crawl/eu-4", lifecycle.Health{State: lifecycle.HealthHealthy, LatencyMillis: 60})
+	a.health.Set("crawl/eu-4", verdict.Health{State: verdict.Healthy, LatencyMillis: 60})
 	c, waits := newClient(t, a, client.WithRetry(1, time.Second))
 	ctx := context.Background()
 	sel := map[string]string{"geo": "eu"}
@@ -212,7 +212,7 @@ func TestNoMatchCountsAfterRetries(t *testing.T) {
 // it; one with a shorter wait gets the 409 at once, saying when the proxy frees up.
 func TestLeaseWaitsForTheCooldown(t *testing.T) {
 	a := startAPI(t, "", 0)
-	a.addProxy("eu-1", "127.0.0.11", "eu", lifecycle.HealthHealthy, 5)
+	a.addProxy("eu-1", "127.0.0.11", "eu", verdict.Healthy, 5)
 	ctx := context.Background()
 	setup, _ := newClient(t, a)
 	l, err := setup.Lease(ctx, client.LeaseRequest{Target: "shop.example"})
@@ -251,7 +251,7 @@ func TestLeaseWaitsForTheCooldown(t *testing.T) {
 
 func TestRetryAfterOn503(t *testing.T) {
 	a := startAPI(t, "", 5*time.Second) // the fleet view warms up: leasing answers 503 + Retry-After
-	a.addProxy("eu-1", "127.0.0.11", "eu", lifecycle.HealthHealthy, 5)
+	a.addProxy("eu-1", "127.0.0.11", "eu", verdict.Healthy, 5)
 	ctx := context.Background()
 
 	short, swaits := newClient(t, a, client.WithRetry(4, 2*time.Second))
@@ -363,7 +363,7 @@ func TestTransportThroughProxy(t *testing.T) {
 
 func TestKeepAliveRenewsUntilReleased(t *testing.T) {
 	a := startAPI(t, "", 0)
-	a.addProxy("eu-1", "127.0.0.11", "eu", lifecycle.HealthHealthy, 5)
+	a.addProxy("eu-1", "127.0.0.11", "eu", verdict.Healthy, 5)
 	c, err := client.New(a.url)
 	if err != nil {
 		t.Fatal(err)
@@ -400,7 +400,7 @@ func TestKeepAliveRenewsUntilReleased(t *testing.T) {
 
 func TestKeepAliveStopsWhenLeaseLost(t *testing.T) {
 	a := startAPI(t, "", 0)
-	a.addProxy("eu-1", "127.0.0.11", "eu", lifecycle.HealthHealthy, 5)
+	a.addProxy("eu-1", "127.0.0.11", "eu", verdict.Healthy, 5)
 	c, err := client.New(a.url)
 	if err != nil {
 		t.Fatal(err)
@@ -449,7 +449,7 @@ func waitFor(t *testing.T, cond func() bool) {
 // for a list, never for a lease (it may have been granted) or a report (a second strike).
 func TestTransportErrorsRetriedOnlyWhenIdempotent(t *testing.T) {
 	a := startAPI(t, "", 0)
-	a.addProxy("eu-1", "127.0.0.11", "eu", lifecycle.HealthHealthy, 5)
+	a.addProxy("eu-1", "127.0.0.11", "eu", verdict.Healthy, 5)
 	d := &discovery.Discovery{Fleet: a.view, Health: a.health, Leases: lease.NewMemory(lease.Config{Fleet: a.view, Health: a.health, Now: a.clock.Now}),
 		Insecure: true, Now: a.clock.Now, Log: slog.New(slog.DiscardHandler)}
 	h := d.Handler()
@@ -502,7 +502,7 @@ func TestTransportErrorsRetriedOnlyWhenIdempotent(t *testing.T) {
 func TestListFollowsPages(t *testing.T) {
 	a := startAPI(t, "", 0)
 	for i := range 1100 {
-		a.addProxy(fmt.Sprintf("p%04d", i), fmt.Sprintf("10.2.%d.%d", i/256, i%256), "eu", lifecycle.HealthHealthy, 1)
+		a.addProxy(fmt.Sprintf("p%04d", i), fmt.Sprintf("10.2.%d.%d", i/256, i%256), "eu", verdict.Healthy, 1)
 	}
 	c, _ := newClient(t, a)
 	ctx := context.Background()
@@ -524,7 +524,7 @@ func TestListFollowsPages(t *testing.T) {
 // site with its upstream, end, reason and strikes, without a pace (no gateway here).
 func TestSites(t *testing.T) {
 	a := startAPI(t, "s3cret-0123456789abcdef", 0)
-	a.addProxy("eu-1", "127.0.0.11", "eu", lifecycle.HealthHealthy, 5)
+	a.addProxy("eu-1", "127.0.0.11", "eu", verdict.Healthy, 5)
 	c, _ := newClient(t, a, client.WithToken("s3cret-0123456789abcdef"))
 	ctx := context.Background()
 	l, err := c.Lease(ctx, client.LeaseRequest{})

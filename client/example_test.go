@@ -15,7 +15,7 @@ import (
 
 	"github.com/proxy-operator/proxy-operator/client"
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
-	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 	"github.com/proxy-operator/proxy-operator/lease"
 	"github.com/proxy-operator/proxy-operator/server/discovery"
 )
@@ -131,6 +131,6 @@ func exampleWorld() (apiURL, siteURL string, stop func()) {
 // healthy is a prober verdict of Healthy for every proxy (the operator: health.Scheduler).
 type healthy struct{}
 
-func (healthy) Health(string) lifecycle.Health {
-	return lifecycle.Health{State: lifecycle.HealthHealthy, LatencyMillis: 3}
+func (healthy) Health(string) verdict.Health {
+	return verdict.Health{State: verdict.Healthy, LatencyMillis: 3}
 }

@@ -30,7 +30,7 @@ import (
 
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
 	"github.com/proxy-operator/proxy-operator/internal/healthtest"
-	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 	"github.com/proxy-operator/proxy-operator/lease"
 	"github.com/proxy-operator/proxy-operator/server/discovery"
 	"github.com/proxy-operator/proxy-operator/server/discovery/access"
@@ -50,7 +50,7 @@ func newDiscovery(t *testing.T, warmup time.Duration, proxies ...fleet.Proxy) *d
 	h := &healthtest.Map{}
 	for _, p := range proxies {
 		view.Upsert(p)
-		h.Set(p.Key, lifecycle.Health{State: lifecycle.HealthHealthy, LatencyMillis: 12})
+		h.Set(p.Key, verdict.Health{State: verdict.Healthy, LatencyMillis: 12})
 	}
 	// A small cooldown bound, so an exchange can reach the report's 429.
 	store := lease.NewMemory(lease.Config{Fleet: view, Health: h, MaxCooldownsPerProxy: 2})
@@ -69,7 +69,7 @@ func newCappedDiscovery(t *testing.T, proxies ...fleet.Proxy) *discoveryServer {
 	h := &healthtest.Map{}
 	for _, p := range proxies {
 		view.Upsert(p)
-		h.Set(p.Key, lifecycle.Health{State: lifecycle.HealthHealthy, LatencyMillis: 12})
+		h.Set(p.Key, verdict.Health{State: verdict.Healthy, LatencyMillis: 12})
 	}
 	toks, err := access.New([]access.TokenSpec{
 		{Name: "crawler", Token: token, Namespaces: []string{access.AllNamespaces}, Right: access.RightLease},

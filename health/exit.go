@@ -9,7 +9,7 @@ import (
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/health/geoip"
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
-	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 )
 
 // Geo answers what the databases say about an exit address (*geoip.Resolver in production).
@@ -21,8 +21,8 @@ type Geo interface {
 // exitOf builds the exit record of a proxy whose exit check saw addr: the databases' answer
 // and the verdict of the Proxy's spec.verify on it. A database error is a mismatch too: the
 // check asked for cannot be made.
-func exitOf(p fleet.Proxy, addr netip.Addr, geo Geo) lifecycle.Exit {
-	e := lifecycle.Exit{IP: addr.String()}
+func exitOf(p fleet.Proxy, addr netip.Addr, geo Geo) verdict.Exit {
+	e := verdict.Exit{IP: addr.String()}
 	var info geoip.Info
 	var geoErr error
 	if geo != nil {

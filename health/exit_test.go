@@ -14,7 +14,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/health/geoip"
 	"github.com/proxy-operator/proxy-operator/health/geoip/geoiptest"
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
-	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 	"github.com/proxy-operator/proxy-operator/providers/mock"
 )
 
@@ -96,10 +96,10 @@ func freePort(t *testing.T) string {
 }
 
 // waitExit polls until the verdict on key has an exit, and returns it.
-func waitExit(t *testing.T, s *Scheduler, key string, ok func(lifecycle.Exit) bool) lifecycle.Exit {
+func waitExit(t *testing.T, s *Scheduler, key string, ok func(verdict.Exit) bool) verdict.Exit {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
-	var got lifecycle.Health
+	var got verdict.Health
 	for time.Now().Before(deadline) {
 		if got = s.Health(key); got.Exit.IP != "" && ok(got.Exit) {
 			return got.Exit
@@ -107,10 +107,10 @@ func waitExit(t *testing.T, s *Scheduler, key string, ok func(lifecycle.Exit) bo
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Fatalf("exit of %s: got %+v", key, got.Exit)
-	return lifecycle.Exit{}
+	return verdict.Exit{}
 }
 
-func anyExit(lifecycle.Exit) bool { return true }
+func anyExit(verdict.Exit) bool { return true }
 
 // TestExitThroughMockProxies runs real mock proxies, each dialling out from its own 127.x
 // address (one from another address, a leak), checks their exits against the operator's echo
@@ -164,15 +164,15 @@ func TestExitThroughMockProxies(t *testing.T) {
 	})
 	for _, tc := range []struct {
 		key      string
-		want     lifecycle.Exit
+		want     verdict.Exit
 		mismatch string // substring; "" wants none
 	}{
-		{key: "ns/good", want: lifecycle.Exit{IP: "127.0.6.1", Country: "US", ASN: 64500}},
-		{key: "ns/leaky", want: lifecycle.Exit{IP: "127.0.6.9", Country: "US", ASN: 64500}, mismatch: "exit 127.0.6.9 differs from the proxy's IP 127.0.6.2"},
-		{key: "ns/wronggeo", want: lifecycle.Exit{IP: "127.0.6.17", Country: "DE", ASN: 64500}, mismatch: "geo=us but exit 127.0.6.17 is in DE"},
-		{key: "ns/unknown", want: lifecycle.Exit{IP: "127.0.6.200", ASN: 64500}, mismatch: "geo=us cannot be verified: exit 127.0.6.200 is not in the country database"},
-		{key: "ns/external", want: lifecycle.Exit{IP: "127.0.6.3", Country: "US", ASN: 64500}, mismatch: "outside expectedExit 203.0.113.0/24"},
-		{key: "ns/external-ok", want: lifecycle.Exit{IP: "127.0.6.4", Country: "US", ASN: 64500}},
+		{key: "ns/good", want: verdict.Exit{IP: "127.0.6.1", Country: "US", ASN: 64500}},
+		{key: "ns/leaky", want: verdict.Exit{IP: "127.0.6.9", Country: "US", ASN: 64500}, mismatch: "exit 127.0.6.9 differs from the proxy's IP 127.0.6.2"},
+		{key: "ns/wronggeo", want: verdict.Exit{IP: "127.0.6.17", Country: "DE", ASN: 64500}, mismatch: "geo=us but exit 127.0.6.17 is in DE"},
+		{key: "ns/unknown", want: verdict.Exit{IP: "127.0.6.200", ASN: 64500}, mismatch: "geo=us cannot be verified: exit 127.0.6.200 is not in the country database"},
+		{key: "ns/external", want: verdict.Exit{IP: "127.0.6.3", Country: "US", ASN: 64500}, mismatch: "outside expectedExit 203.0.113.0/24"},
+		{key: "ns/external-ok", want: verdict.Exit{IP: "127.0.6.4", Country: "US", ASN: 64500}},
 	} {
 		t.Run(tc.key, func(t *testing.T) {
 			got := waitExit(t, s, tc.key, anyExit)
@@ -188,7 +188,7 @@ func TestExitThroughMockProxies(t *testing.T) {
 	// Fixing the spec clears the mismatch at once, without another exit check.
 	fixed := managed("ns/wronggeo", wrongGeo, "DE")
 	view.Upsert(fixed)
-	waitExit(t, s, "ns/wronggeo", func(e lifecycle.Exit) bool { return e.Mismatch == "" })
+	waitExit(t, s, "ns/wronggeo", func(e verdict.Exit) bool { return e.Mismatch == "" })
 }
 
 // TestExitThroughRealSquid checks the exit through a real Squid that sends its traffic out
@@ -213,7 +213,7 @@ func TestExitThroughRealSquid(t *testing.T) {
 	if got := waitExit(t, s, "ns/leaky", anyExit); got.IP != "127.0.0.2" || !strings.Contains(got.Mismatch, "differs from the proxy's IP 127.0.0.1") {
 		t.Errorf("leaky Squid: exit %+v, want 127.0.0.2 flagged", got)
 	}
-	if h := s.Health("ns/leaky"); h.State != lifecycle.HealthHealthy {
+	if h := s.Health("ns/leaky"); h.State != verdict.Healthy {
 		t.Errorf("a leaking proxy still works: health %s, want Healthy (the mismatch is apart)", h.State)
 	}
 }

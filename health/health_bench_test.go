@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
-	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 )
 
 // BenchmarkHealthRead measures what the discovery API pays per proxy on every list and
@@ -15,7 +15,7 @@ import (
 func BenchmarkHealthRead(b *testing.B) {
 	const n = 10_000
 	keys := make([]string, n)
-	plain := make(map[string]lifecycle.Health, n)
+	plain := make(map[string]verdict.Health, n)
 	view := fleet.New(time.Now, 0)
 	s, err := New(Config{View: view, Prober: &gate{}})
 	if err != nil {
@@ -23,7 +23,7 @@ func BenchmarkHealthRead(b *testing.B) {
 	}
 	for i := range keys {
 		keys[i] = fmt.Sprintf("bench/p%05d", i)
-		h := lifecycle.Health{State: lifecycle.HealthHealthy, LatencyMillis: int64(i)}
+		h := verdict.Health{State: verdict.Healthy, LatencyMillis: int64(i)}
 		plain[keys[i]] = h
 		s.publish(keys[i], h)
 	}
@@ -31,7 +31,7 @@ func BenchmarkHealthRead(b *testing.B) {
 		b.RunParallel(func(pb *testing.PB) {
 			i := 0
 			for pb.Next() {
-				if plain[keys[i%n]].State != lifecycle.HealthHealthy {
+				if plain[keys[i%n]].State != verdict.Healthy {
 					b.Fatal("not healthy")
 				}
 				i++
@@ -42,7 +42,7 @@ func BenchmarkHealthRead(b *testing.B) {
 		b.RunParallel(func(pb *testing.PB) {
 			i := 0
 			for pb.Next() {
-				if s.Health(keys[i%n]).State != lifecycle.HealthHealthy {
+				if s.Health(keys[i%n]).State != verdict.Healthy {
 					b.Fatal("not healthy")
 				}
 				i++

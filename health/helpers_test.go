@@ -24,7 +24,7 @@ import (
 
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
-	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 )
 
 // stubProxy is a CONNECT-capable forward proxy for tests. When deny is set it answers
@@ -260,10 +260,10 @@ func startScheduler(t *testing.T, view *fleet.View, prober Prober, reg prometheu
 }
 
 // waitHealth polls until the verdict on key is in state, and returns it.
-func waitHealth(t *testing.T, s *Scheduler, key string, want lifecycle.HealthState) lifecycle.Health {
+func waitHealth(t *testing.T, s *Scheduler, key string, want verdict.State) verdict.Health {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
-	var got lifecycle.Health
+	var got verdict.Health
 	for time.Now().Before(deadline) {
 		if got = s.Health(key); got.State == want {
 			return got

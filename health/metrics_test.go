@@ -8,7 +8,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
-	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 )
 
 func gather(t *testing.T, reg *prometheus.Registry, name string) []*dto.Metric {
@@ -34,7 +34,7 @@ func TestFailureCounterBornAtZero(t *testing.T) {
 	view.Upsert(proxyAt(t, "ns/up", proxy.addr(), target.url(), 1, 1, 1, 1))
 	reg := prometheus.NewRegistry()
 	s := startScheduler(t, view, NewHTTPProber(trusting(target)), reg)
-	waitHealth(t, s, "ns/up", lifecycle.HealthHealthy)
+	waitHealth(t, s, "ns/up", verdict.Healthy)
 	ms := gather(t, reg, "proxy_operator_healthcheck_failures_total")
 	if len(ms) != 1 || ms[0].GetLabel()[0].GetValue() != "ns/up" || ms[0].GetCounter().GetValue() != 0 {
 		t.Fatalf("failure series of a healthy proxy: %v, want one at 0 for ns/up", ms)
@@ -55,8 +55,8 @@ func TestFleetDurationOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := startScheduler(t, view, NewHTTPProber(trusting(target)), nil, func(s *Scheduler) { s.metrics = m })
-	waitHealth(t, s, "ns/a", lifecycle.HealthHealthy)
-	waitHealth(t, s, "ns/b", lifecycle.HealthHealthy)
+	waitHealth(t, s, "ns/a", verdict.Healthy)
+	waitHealth(t, s, "ns/b", verdict.Healthy)
 	d := gather(t, reg, "proxy_operator_healthcheck_duration_seconds")
 	if len(d) != 1 || len(d[0].GetLabel()) != 0 || d[0].GetHistogram().GetSampleCount() < 2 {
 		t.Errorf("duration series %v, want one unlabelled histogram holding both proxies' probes", d)

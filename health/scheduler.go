@@ -17,8 +17,8 @@ import (
 
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
-	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
 	"github.com/proxy-operator/proxy-operator/internal/netpolicy"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 )
 
 // DefaultWorkers bounds concurrent probes when Config.Workers is zero.
@@ -49,7 +49,7 @@ type Config struct {
 	// OnTransition, when set, is told of every verdict transition after it is published
 	// (health state, exit, band), on the scheduling loop or in Report's caller: it must not
 	// block (healthmark.Marker.Notify does not).
-	OnTransition func(key string, h lifecycle.Health)
+	OnTransition func(key string, h verdict.Health)
 
 	// ExitURL is the echo URL exit checks fetch for proxies whose spec.verify names none
 	// (empty: those proxies get no exit check).
@@ -84,7 +84,7 @@ type Scheduler struct {
 	unit time.Duration
 	// jitter picks the first probe's offset within an interval.
 	jitter       func(time.Duration) time.Duration
-	onTransition func(key string, h lifecycle.Health)
+	onTransition func(key string, h verdict.Health)
 	// onResult, when set, sees every probe result (tests and the benchmark).
 	onResult func(key string, due, start time.Time, r Result)
 
@@ -95,7 +95,7 @@ type Scheduler struct {
 	slowProbe    time.Duration
 
 	mu        sync.RWMutex
-	published map[string]lifecycle.Health
+	published map[string]verdict.Health
 	scores    map[string]*score
 }
 
@@ -109,7 +109,7 @@ func New(c Config) (*Scheduler, error) {
 	}
 	s := &Scheduler{
 		view: c.View, prober: c.Prober, workers: c.Workers, now: c.Now, log: c.Log,
-		unit: time.Second, jitter: rand.N[time.Duration], published: map[string]lifecycle.Health{},
+		unit: time.Second, jitter: rand.N[time.Duration], published: map[string]verdict.Health{},
 		onTransition: c.OnTransition, scores: map[string]*score{},
 		exitURL: c.ExitURL, exitInterval: c.ExitInterval, geo: c.Geo, halfLife: c.ScoreHalfLife, slowProbe: c.SlowProbe,
 	}
@@ -142,7 +142,7 @@ func New(c Config) (*Scheduler, error) {
 // Health is the current verdict on the proxy with this namespace/name. It takes one read
 // lock and never waits on a probe. A proxy the loop has not picked up yet reports what its
 // status last recorded, so the first sync after a restart does not flap it to Unknown.
-func (s *Scheduler) Health(key string) lifecycle.Health {
+func (s *Scheduler) Health(key string) verdict.Health {
 	s.mu.RLock()
 	h, ok := s.published[key]
 	s.mu.RUnlock()
@@ -152,11 +152,11 @@ func (s *Scheduler) Health(key string) lifecycle.Health {
 	if p, ok := s.view.Get(key); ok && probeable(p) {
 		return newVerdict(p.Recorded).health
 	}
-	return lifecycle.Health{State: lifecycle.HealthUnknown}
+	return verdict.Health{State: verdict.Unknown}
 }
 
 // publish makes h the verdict Health returns, with the band of the proxy's score.
-func (s *Scheduler) publish(key string, h lifecycle.Health) lifecycle.Health {
+func (s *Scheduler) publish(key string, h verdict.Health) verdict.Health {
 	s.mu.Lock()
 	if sc := s.scores[key]; sc != nil {
 		h.Band = sc.band
@@ -186,7 +186,7 @@ func (s *Scheduler) Report(key string, o Outcome, at time.Time) {
 
 // grade adds an outcome (its weight times scale) to key's score; when the band moves, the
 // published verdict takes it.
-func (s *Scheduler) grade(key string, o Outcome, at time.Time, scale float64) (lifecycle.Health, bool) {
+func (s *Scheduler) grade(key string, o Outcome, at time.Time, scale float64) (verdict.Health, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	h, ok := s.published[key]
@@ -224,7 +224,7 @@ type entry struct {
 	interval time.Duration
 	fail     int32
 	succeed  int32
-	verdict  *verdict
+	verdict  *judge
 	// graded is set once the proxy was Healthy: its probes count towards its score from then.
 	graded bool
 	// proxy is the record the exit verdict was made against; exitURL is the echo to ask and
@@ -340,7 +340,7 @@ func (l *loop) sync(ps []fleet.Proxy) {
 			// Another machine behind the same name: the old verdict says nothing about it.
 			l.remove(e)
 			ok = false
-			p.Recorded = lifecycle.Health{}
+			p.Recorded = verdict.Health{}
 		}
 		if !ok {
 			e = &entry{key: p.Key, uid: p.UID, index: -1, verdict: newVerdict(p.Recorded), proxy: p}
@@ -473,7 +473,7 @@ func (l *loop) finish(d done) {
 	// grading its refused probes would make every new member of a pool with
 	// rotation.minBand look worse than the members it replaces.
 	bandChanged := false
-	if e.verdict.health.State == lifecycle.HealthHealthy {
+	if e.verdict.health.State == verdict.Healthy {
 		e.graded = true
 	}
 	if e.graded {

@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
-	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 )
 
 // failures counts failed probe results per proxy, as the loop sees them.
@@ -51,16 +51,16 @@ func TestSchedulerThroughStubProxy(t *testing.T) {
 	var f failures
 	s := startScheduler(t, view, NewHTTPProber(trusting(target)), reg, f.hook)
 
-	if got := s.Health("ns/up"); got.State != lifecycle.HealthUnknown {
+	if got := s.Health("ns/up"); got.State != verdict.Unknown {
 		t.Errorf("before any probe: got %+v, want Unknown", got)
 	}
-	h := waitHealth(t, s, "ns/up", lifecycle.HealthHealthy)
+	h := waitHealth(t, s, "ns/up", verdict.Healthy)
 	if h.Since.IsZero() || h.Reason != "" {
 		t.Errorf("healthy verdict: got %+v, want a Since and no reason", h)
 	}
 
 	// A proxy that accepts TCP and never answers fails each probe at its timeout.
-	h = waitHealth(t, s, "ns/hole", lifecycle.HealthUnhealthy)
+	h = waitHealth(t, s, "ns/hole", verdict.Unhealthy)
 	if h.Reason != KindTimeout {
 		t.Errorf("black hole reason: got %q, want %q", h.Reason, KindTimeout)
 	}
@@ -72,7 +72,7 @@ func TestSchedulerThroughStubProxy(t *testing.T) {
 	// the threshold.
 	before := f.get("ns/up")
 	target.srv.Close()
-	h = waitHealth(t, s, "ns/up", lifecycle.HealthUnhealthy)
+	h = waitHealth(t, s, "ns/up", verdict.Unhealthy)
 	if h.Reason != KindUpstream {
 		t.Errorf("target down reason: got %q, want %q", h.Reason, KindUpstream)
 	}
@@ -118,7 +118,7 @@ func TestSchedulerStopsProbingWhatLeavesTheView(t *testing.T) {
 			view.Upsert(p)
 			reg := prometheus.NewRegistry()
 			s := startScheduler(t, view, NewHTTPProber(trusting(target)), reg)
-			waitHealth(t, s, "ns/p", lifecycle.HealthHealthy)
+			waitHealth(t, s, "ns/p", verdict.Healthy)
 
 			tc.change(view, p)
 			// Give the loop a moment to see the change, then no further probe may start.
@@ -128,7 +128,7 @@ func TestSchedulerStopsProbingWhatLeavesTheView(t *testing.T) {
 			if got := proxy.connect.Load(); got != n {
 				t.Errorf("probes after the proxy left: %d", got-n)
 			}
-			if got := s.Health("ns/p"); got.State != lifecycle.HealthUnknown {
+			if got := s.Health("ns/p"); got.State != verdict.Unknown {
 				t.Errorf("health after leaving: got %+v, want Unknown", got)
 			}
 			mfs, err := reg.Gather()
@@ -154,14 +154,14 @@ func TestSchedulerStartsFromRecordedHealth(t *testing.T) {
 	view := fleet.New(time.Now, 0)
 	since := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	p := proxyAt(t, "ns/p", proxy.addr(), target.url(), 1, 1, 3, 1)
-	p.Recorded = lifecycle.Health{State: lifecycle.HealthHealthy, LatencyMillis: 12, Since: since}
+	p.Recorded = verdict.Health{State: verdict.Healthy, LatencyMillis: 12, Since: since}
 	view.Upsert(p)
 	s, err := New(Config{View: view, Prober: NewHTTPProber(trusting(target))})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Before the loop runs at all (the first sync after a restart), and after it probes.
-	want := lifecycle.Health{State: lifecycle.HealthHealthy, LatencyMillis: 12, Since: since}
+	want := verdict.Health{State: verdict.Healthy, LatencyMillis: 12, Since: since}
 	if diff := cmp.Diff(want, s.Health("ns/p")); diff != "" {
 		t.Errorf("before Run (-want +got):\n%s", diff)
 	}
@@ -183,7 +183,7 @@ func TestSchedulerStartsFromRecordedHealth(t *testing.T) {
 	}
 	time.Sleep(testUnit) // let the loop fold the result in
 	got := s.Health("ns/p")
-	if got.State != lifecycle.HealthHealthy || !got.Since.Equal(since) {
+	if got.State != verdict.Healthy || !got.Since.Equal(since) {
 		t.Errorf("after a probe: got %+v, want Healthy since %v (no transition)", got, since)
 	}
 }
@@ -286,14 +286,14 @@ func TestSchedulerNewAddressStartsAfresh(t *testing.T) {
 	p := proxyAt(t, "ns/p", proxy.addr(), target.url(), 2, 2, 2, 1)
 	view.Upsert(p)
 	s := startScheduler(t, view, NewHTTPProber(trusting(target)), nil)
-	waitHealth(t, s, "ns/p", lifecycle.HealthHealthy)
+	waitHealth(t, s, "ns/p", verdict.Healthy)
 
 	// A replaced machine: same name, new address. The old verdict says nothing about it.
 	moved := proxyAt(t, "ns/p", blackHole(t), target.url(), 2, 2, 2, 1)
-	moved.Recorded = lifecycle.Health{State: lifecycle.HealthHealthy, Since: time.Now()}
+	moved.Recorded = verdict.Health{State: verdict.Healthy, Since: time.Now()}
 	view.Upsert(moved)
-	waitHealth(t, s, "ns/p", lifecycle.HealthUnknown)
-	if h := waitHealth(t, s, "ns/p", lifecycle.HealthUnhealthy); h.Reason != KindTimeout {
+	waitHealth(t, s, "ns/p", verdict.Unknown)
+	if h := waitHealth(t, s, "ns/p", verdict.Unhealthy); h.Reason != KindTimeout {
 		t.Errorf("reason: got %q, want %q", h.Reason, KindTimeout)
 	}
 }
@@ -307,9 +307,9 @@ func TestOnTransition(t *testing.T) {
 	// 20) published an Unhealthy before the Healthy this test waits for.
 	view.Upsert(proxyAt(t, "ns/up", proxy.addr(), target.url(), 5, 5, 1, 1))
 	var mu sync.Mutex
-	var seen []lifecycle.HealthState
+	var seen []verdict.State
 	s := startScheduler(t, view, NewHTTPProber(trusting(target)), nil, func(s *Scheduler) {
-		s.onTransition = func(key string, h lifecycle.Health) {
+		s.onTransition = func(key string, h verdict.Health) {
 			mu.Lock()
 			defer mu.Unlock()
 			if key == "ns/up" {
@@ -317,9 +317,9 @@ func TestOnTransition(t *testing.T) {
 			}
 		}
 	})
-	waitHealth(t, s, "ns/up", lifecycle.HealthHealthy)
+	waitHealth(t, s, "ns/up", verdict.Healthy)
 	target.srv.Close()
-	waitHealth(t, s, "ns/up", lifecycle.HealthUnhealthy)
+	waitHealth(t, s, "ns/up", verdict.Unhealthy)
 	// The callback follows the publication: wait for it rather than race it.
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Millisecond) {
 		mu.Lock()
@@ -332,7 +332,7 @@ func TestOnTransition(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	// Probes keep running between the transitions; only the two flips count.
-	if diff := cmp.Diff([]lifecycle.HealthState{lifecycle.HealthHealthy, lifecycle.HealthUnhealthy}, seen); diff != "" {
+	if diff := cmp.Diff([]verdict.State{verdict.Healthy, verdict.Unhealthy}, seen); diff != "" {
 		t.Errorf("transitions (-want +got):\n%s", diff)
 	}
 }

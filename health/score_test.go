@@ -9,7 +9,7 @@ import (
 
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
-	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 )
 
 // step is a scripted stretch of history: n outcomes o, one every `every`, then the band
@@ -138,17 +138,17 @@ func TestReportMovesTheBand(t *testing.T) {
 	target := newTLSTarget(t)
 	view := fleet.New(time.Now, 0)
 	view.Upsert(proxyAt(t, "ns/a", newStubProxy(t).addr(), target.url(), 20, 20, 3, 1))
-	transitions := make(chan lifecycle.Health, 64)
+	transitions := make(chan verdict.Health, 64)
 	reg := prometheus.NewRegistry()
 	s := startScheduler(t, view, NewHTTPProber(trusting(target)), reg, func(s *Scheduler) {
-		s.onTransition = func(key string, h lifecycle.Health) {
+		s.onTransition = func(key string, h verdict.Health) {
 			select {
 			case transitions <- h:
 			default:
 			}
 		}
 	})
-	waitHealth(t, s, "ns/a", lifecycle.HealthHealthy)
+	waitHealth(t, s, "ns/a", verdict.Healthy)
 	// Probed every 2 s, a probe counts a fifteenth of one every 30 s; the prior sits on the
 	// Good line, so the first good probe after the proxy turned Healthy makes it Good.
 	waitUntil(t, "a band", func() bool { return s.Health("ns/a").Band != "" })
@@ -191,11 +191,11 @@ func TestBootFailuresDoNotGrade(t *testing.T) {
 	var f failures
 	s := startScheduler(t, view, NewHTTPProber(trusting(target)), nil, f.hook)
 	waitUntil(t, "failed probes", func() bool { return f.get("ns/boot") >= 5 })
-	if h := s.Health("ns/boot"); h.State == lifecycle.HealthHealthy || h.Band != "" {
+	if h := s.Health("ns/boot"); h.State == verdict.Healthy || h.Band != "" {
 		t.Fatalf("while booting: %+v, want not Healthy and no band", h)
 	}
 	proxy.deny.Store(false)
-	waitHealth(t, s, "ns/boot", lifecycle.HealthHealthy)
+	waitHealth(t, s, "ns/boot", verdict.Healthy)
 	waitUntil(t, "a band", func() bool { return s.Health("ns/boot").Band != "" })
 	if b := s.Health("ns/boot").Band; b != v1.BandGood {
 		t.Errorf("band after booting: %s, want Good (the boot failures counted)", b)

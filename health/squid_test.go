@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/proxy-operator/proxy-operator/internal/squidtest"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
-	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
 )
 
 // startSquid runs a real Squid on a free loopback port that allows CONNECT only to
@@ -33,13 +33,13 @@ func TestSchedulerThroughRealSquid(t *testing.T) {
 	view.Upsert(proxyAt(t, "ns/strict", strict, target.url(), 20, 20, 2, 1))
 	s := startScheduler(t, view, NewHTTPProber(trusting(target)), nil)
 
-	waitHealth(t, s, "ns/squid", lifecycle.HealthHealthy)
-	if h := waitHealth(t, s, "ns/strict", lifecycle.HealthUnhealthy); h.Reason != KindConnectDenied {
+	waitHealth(t, s, "ns/squid", verdict.Healthy)
+	if h := waitHealth(t, s, "ns/strict", verdict.Unhealthy); h.Reason != KindConnectDenied {
 		t.Errorf("denied CONNECT reason: got %q, want %q", h.Reason, KindConnectDenied)
 	}
 
 	target.srv.Close()
-	if h := waitHealth(t, s, "ns/squid", lifecycle.HealthUnhealthy); h.Reason != KindUpstream {
+	if h := waitHealth(t, s, "ns/squid", verdict.Unhealthy); h.Reason != KindUpstream {
 		t.Errorf("target gone reason: got %q, want %q", h.Reason, KindUpstream)
 	}
 }

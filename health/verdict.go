@@ -3,7 +3,7 @@ package health
 import (
 	"time"
 
-	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 )
 
 // ewmaWeight is the weight of the newest probe in the latency average: a single slow probe
@@ -11,10 +11,10 @@ import (
 // rule do not chase noise.
 const ewmaWeight = 0.3
 
-// verdict turns a stream of probe results into a health verdict by thresholds. It reads no
+// judge turns a stream of probe results into a health verdict by thresholds. It reads no
 // clock: each result comes with the time of its probe.
-type verdict struct {
-	health       lifecycle.Health
+type judge struct {
+	health       verdict.Health
 	fails, succs int32
 	// latency is the EWMA in milliseconds; 0 until the first success (or a recorded value).
 	latency float64
@@ -22,14 +22,14 @@ type verdict struct {
 
 // newVerdict starts from what the Proxy's status last recorded, so a restarted prober does
 // not send a steady fleet back through Unknown. A proxy with nothing recorded starts Unknown.
-func newVerdict(recorded lifecycle.Health) *verdict {
-	v := &verdict{health: recorded, latency: float64(recorded.LatencyMillis)}
+func newVerdict(recorded verdict.Health) *judge {
+	v := &judge{health: recorded, latency: float64(recorded.LatencyMillis)}
 	switch recorded.State {
-	case lifecycle.HealthHealthy:
+	case verdict.Healthy:
 		v.health.Reason = ""
-	case lifecycle.HealthUnhealthy:
+	case verdict.Unhealthy:
 	default:
-		v.health = lifecycle.Health{State: lifecycle.HealthUnknown, LatencyMillis: recorded.LatencyMillis,
+		v.health = verdict.Health{State: verdict.Unknown, LatencyMillis: recorded.LatencyMillis,
 			Exit: recorded.Exit, Band: recorded.Band}
 	}
 	return v
@@ -39,7 +39,7 @@ func newVerdict(recorded lifecycle.Health) *verdict {
 // failureThreshold consecutive failures make a proxy Unhealthy and successThreshold
 // consecutive successes make it Healthy, from Unknown too: a new proxy is not offered to
 // crawlers on one lucky probe, nor condemned on one unlucky one.
-func (v *verdict) observe(r Result, at time.Time, failureThreshold, successThreshold int32) bool {
+func (v *judge) observe(r Result, at time.Time, failureThreshold, successThreshold int32) bool {
 	if r.OK {
 		v.fails = 0
 		v.succs++
@@ -50,18 +50,18 @@ func (v *verdict) observe(r Result, at time.Time, failureThreshold, successThres
 			v.latency += ewmaWeight * (ms - v.latency)
 		}
 		v.health.LatencyMillis = int64(v.latency + 0.5)
-		if v.health.State != lifecycle.HealthHealthy && v.succs >= max(successThreshold, 1) {
-			v.health.State, v.health.Since, v.health.Reason = lifecycle.HealthHealthy, at, ""
+		if v.health.State != verdict.Healthy && v.succs >= max(successThreshold, 1) {
+			v.health.State, v.health.Since, v.health.Reason = verdict.Healthy, at, ""
 			return true
 		}
 		return false
 	}
 	v.succs = 0
 	v.fails++
-	if v.health.State != lifecycle.HealthUnhealthy && v.fails >= max(failureThreshold, 1) {
+	if v.health.State != verdict.Unhealthy && v.fails >= max(failureThreshold, 1) {
 		// The reason is the one of the probe that made the transition and stays until the
 		// next one, so the condition message does not move between transitions.
-		v.health.State, v.health.Since, v.health.Reason = lifecycle.HealthUnhealthy, at, r.Kind
+		v.health.State, v.health.Since, v.health.Reason = verdict.Unhealthy, at, r.Kind
 		return true
 	}
 	return false

@@ -5,8 +5,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-
-	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 )
 
 func TestVerdictThresholds(t *testing.T) {
@@ -19,71 +18,71 @@ func TestVerdictThresholds(t *testing.T) {
 
 	tests := []struct {
 		name           string
-		recorded       lifecycle.Health
+		recorded       verdict.Health
 		fail, succeed  int32
 		results        []Result
-		want           lifecycle.Health
+		want           verdict.Health
 		wantTransition []int // indexes of results that changed the state
 	}{
 		{
 			name: "new proxy starts unknown", fail: 3, succeed: 1,
-			want: lifecycle.Health{State: lifecycle.HealthUnknown},
+			want: verdict.Health{State: verdict.Unknown},
 		},
 		{
 			name: "one success makes a new proxy healthy at threshold 1", fail: 3, succeed: 1,
 			results:        []Result{ok(40)},
-			want:           lifecycle.Health{State: lifecycle.HealthHealthy, LatencyMillis: 40, Since: at(0)},
+			want:           verdict.Health{State: verdict.Healthy, LatencyMillis: 40, Since: at(0)},
 			wantTransition: []int{0},
 		},
 		{
 			name: "a new proxy needs the failure threshold to go unhealthy", fail: 3, succeed: 1,
 			results:        []Result{fail(KindTimeout), fail(KindTimeout), fail(KindRefused)},
-			want:           lifecycle.Health{State: lifecycle.HealthUnhealthy, Since: at(2), Reason: KindRefused},
+			want:           verdict.Health{State: verdict.Unhealthy, Since: at(2), Reason: KindRefused},
 			wantTransition: []int{2},
 		},
 		{
 			name: "failures below the threshold keep a healthy proxy healthy", fail: 3, succeed: 1,
 			results:        []Result{ok(10), fail(KindTimeout), fail(KindTimeout), ok(10), fail(KindTimeout), fail(KindTimeout)},
-			want:           lifecycle.Health{State: lifecycle.HealthHealthy, LatencyMillis: 10, Since: at(0)},
+			want:           verdict.Health{State: verdict.Healthy, LatencyMillis: 10, Since: at(0)},
 			wantTransition: []int{0},
 		},
 		{
 			name: "the reason is the transition's and stays", fail: 2, succeed: 1,
 			results:        []Result{ok(10), fail(KindTimeout), fail(KindRefused), fail("status_503")},
-			want:           lifecycle.Health{State: lifecycle.HealthUnhealthy, LatencyMillis: 10, Since: at(2), Reason: KindRefused},
+			want:           verdict.Health{State: verdict.Unhealthy, LatencyMillis: 10, Since: at(2), Reason: KindRefused},
 			wantTransition: []int{0, 2},
 		},
 		{
 			name: "success threshold counts consecutive successes", fail: 1, succeed: 3,
 			results:        []Result{fail(KindReset), ok(10), ok(10), fail(KindReset), ok(10), ok(10), ok(10)},
-			want:           lifecycle.Health{State: lifecycle.HealthHealthy, LatencyMillis: 10, Since: at(6)},
+			want:           verdict.Health{State: verdict.Healthy, LatencyMillis: 10, Since: at(6)},
 			wantTransition: []int{0, 6},
 		},
 		{
 			name: "latency is an EWMA of successes, weight 0.3", fail: 3, succeed: 1,
 			results:        []Result{ok(100), ok(200), fail(KindTimeout), ok(100)},
-			want:           lifecycle.Health{State: lifecycle.HealthHealthy, LatencyMillis: 121, Since: at(0)}, // 100 -> 130 -> 121
+			want:           verdict.Health{State: verdict.Healthy, LatencyMillis: 121, Since: at(0)}, // 100 -> 130 -> 121
 			wantTransition: []int{0},
 		},
 		{
 			name: "restart from recorded healthy: no transition on the next success", fail: 3, succeed: 2,
-			recorded:       lifecycle.Health{State: lifecycle.HealthHealthy, LatencyMillis: 50, Since: t0.Add(-time.Hour)},
+			recorded:       verdict.Health{State: verdict.Healthy, LatencyMillis: 50, Since: t0.Add(-time.Hour)},
 			results:        []Result{ok(50)},
-			want:           lifecycle.Health{State: lifecycle.HealthHealthy, LatencyMillis: 50, Since: t0.Add(-time.Hour)},
+			want:           verdict.Health{State: verdict.Healthy, LatencyMillis: 50, Since: t0.Add(-time.Hour)},
 			wantTransition: nil,
 		},
 		{
 			name: "restart from recorded unhealthy keeps it until the success threshold", fail: 3, succeed: 2,
-			recorded:       lifecycle.Health{State: lifecycle.HealthUnhealthy, Since: t0.Add(-time.Hour), Reason: "timeout"},
+			recorded:       verdict.Health{State: verdict.Unhealthy, Since: t0.Add(-time.Hour), Reason: "timeout"},
 			results:        []Result{ok(30), fail(KindTimeout), ok(30), ok(30)},
-			want:           lifecycle.Health{State: lifecycle.HealthHealthy, LatencyMillis: 30, Since: at(3)},
+			want:           verdict.Health{State: verdict.Healthy, LatencyMillis: 30, Since: at(3)},
 			wantTransition: []int{3},
 		},
 		{
 			name: "recorded unknown is a new proxy", fail: 1, succeed: 1,
-			recorded:       lifecycle.Health{State: lifecycle.HealthUnknown, Since: t0.Add(-time.Hour)},
+			recorded:       verdict.Health{State: verdict.Unknown, Since: t0.Add(-time.Hour)},
 			results:        []Result{fail(KindTimeout)},
-			want:           lifecycle.Health{State: lifecycle.HealthUnhealthy, Since: at(0), Reason: KindTimeout},
+			want:           verdict.Health{State: verdict.Unhealthy, Since: at(0), Reason: KindTimeout},
 			wantTransition: []int{0},
 		},
 	}

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
-	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 )
 
 // benchFleet is n healthy proxies over 10 attribute sets.
@@ -20,7 +20,7 @@ func benchFleet(n int) (*fleet.View, *fakeHealth, []fleet.Proxy) {
 		p := fleet.Proxy{Key: fmt.Sprintf("ns/p%06d", i), IP: "10.0.0.1", Port: 3128, MaxLeases: 4,
 			Attributes: map[string]string{"geo": geos[i%5], "purpose": []string{"crawl", "scrape"}[i/5%2]}}
 		view.Upsert(p)
-		health.set(p.Key, lifecycle.HealthHealthy, int64(20+i*7919%300))
+		health.set(p.Key, verdict.Healthy, int64(20+i*7919%300))
 		all = append(all, p)
 	}
 	return view, health, all
@@ -55,7 +55,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 						continue
 					}
 					h := health.Health(p.Key)
-					if h.State != lifecycle.HealthHealthy {
+					if h.State != verdict.Healthy {
 						continue
 					}
 					if best == nil || load[p.Key] < load[best.Key] || load[p.Key] == load[best.Key] && h.LatencyMillis < bestLat {

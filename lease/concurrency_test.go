@@ -17,7 +17,7 @@ import (
 
 	"github.com/proxy-operator/proxy-operator/internal/clocktest"
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
-	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 )
 
 // model is the test's own account of the store, kept from the store's event stream (which
@@ -44,7 +44,7 @@ func (m *model) observe(e Event) {
 		}
 		// Health only changes while no store call runs (see flip), so the fake's current
 		// verdict is the one in force at the grant.
-		if h := m.health.Health(e.Proxy); h.State != lifecycle.HealthHealthy || e.Health.State != lifecycle.HealthHealthy {
+		if h := m.health.Health(e.Proxy); h.State != verdict.Healthy || e.Health.State != verdict.Healthy {
 			m.violations = append(m.violations, fmt.Sprintf("%s leased while %s", e.Proxy, h.State))
 		}
 		if e.Target != "" {
@@ -111,7 +111,7 @@ func TestConcurrentInvariants(t *testing.T) {
 		records[i] = p
 		md.max[p.Key] = int(p.MaxLeases)
 		view.Upsert(p)
-		health.set(p.Key, lifecycle.HealthHealthy, int64(rand.IntN(100)))
+		health.set(p.Key, verdict.Healthy, int64(rand.IntN(100)))
 	}
 	store := NewMemory(Config{Fleet: view, Health: health, Now: clock.Now, Observe: md.observe,
 		ReapInterval: 5 * time.Millisecond, HealthRefresh: 7 * time.Millisecond, MinSyncInterval: time.Millisecond})
@@ -144,9 +144,9 @@ func TestConcurrentInvariants(t *testing.T) {
 				case op < 2: // health flip
 					world.Lock()
 					k := records[rng.IntN(proxies)].Key
-					state := lifecycle.HealthHealthy
+					state := verdict.Healthy
 					if rng.IntN(3) == 0 {
-						state = lifecycle.HealthUnhealthy
+						state = verdict.Unhealthy
 					}
 					health.set(k, state, int64(rng.IntN(100)))
 					world.Unlock()

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
-	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 )
 
 // TestCooldownsAreBounded is the cooldown flood (issue 10, item 1): one lease reporting
@@ -153,8 +153,8 @@ func TestAcquireScopedToNamespaces(t *testing.T) {
 	} {
 		f.view.Upsert(p)
 	}
-	f.health.set("team-a/p", lifecycle.HealthHealthy, 90)
-	f.health.set("team-b/p", lifecycle.HealthHealthy, 10) // the better one
+	f.health.set("team-a/p", verdict.Healthy, 90)
+	f.health.set("team-b/p", verdict.Healthy, 10) // the better one
 	if got := f.mustAcquire(t, Request{SessionKey: "s"}).Proxy.Key; got != "team-b/p" {
 		t.Fatalf("unscoped lease on %s, want team-b/p", got)
 	}

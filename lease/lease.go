@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
-	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 )
 
 var (
@@ -127,7 +127,7 @@ type Fleet interface {
 
 // Health is the prober's live verdict by proxy key (hooks.HealthSource and discovery.HealthSource have the same method).
 type Health interface {
-	Health(key string) lifecycle.Health
+	Health(key string) verdict.Health
 }
 
 // Request asks for one lease.
@@ -161,7 +161,7 @@ type Request struct {
 type Lease struct {
 	ID         string
 	Proxy      fleet.Proxy
-	Health     lifecycle.Health
+	Health     verdict.Health
 	Active     int // leases on the proxy including this one
 	Target     string
 	SessionKey string

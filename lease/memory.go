@@ -13,7 +13,7 @@ import (
 
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
-	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 )
 
 // Defaults for Config fields left zero.
@@ -51,8 +51,8 @@ type Event struct {
 	LeaseID string
 	Proxy   string
 	Target  string
-	Health  lifecycle.Health // Granted: the verdict the grant was made on
-	Until   time.Time        // Cooled
+	Health  verdict.Health // Granted: the verdict the grant was made on
+	Until   time.Time      // Cooled
 }
 
 // Config configures a Memory store.
@@ -250,12 +250,12 @@ func (m *Memory) Acquire(_ context.Context, r Request) (Lease, error) {
 
 	var (
 		best      *entry
-		bestH     lifecycle.Health
+		bestH     verdict.Health
 		fallback  *entry // the first avoided proxy that fits
-		fallbackH lifecycle.Health
+		fallbackH verdict.Health
 		nm        = NoMatchError{Target: r.Target}
 		stale     []*entry
-		health    = map[*entry]lifecycle.Health{}
+		health    = map[*entry]verdict.Health{}
 	)
 	var fullPools []*bucket // buckets with a member at capacity: demand for their pool
 	heldOut := 0            // proxies in namespaces where the holder is at its share
@@ -374,11 +374,11 @@ func inNamespaces(b *bucket, nss []string) bool {
 	return nss == nil || b != nil && slices.Contains(nss, b.ns)
 }
 
-// verdict is why a proxy can or cannot take a lease now.
-type verdict int
+// fit is why a proxy can or cannot take a lease now.
+type fit int
 
 const (
-	fits verdict = iota
+	fits fit = iota
 	unhealthy
 	full
 	cooling
@@ -387,10 +387,10 @@ const (
 
 // check reads the proxy's live state: the fleet record and the prober's verdict now, not
 // what the index last saw, so a stale index can cost a skip but never a bad lease.
-func (m *Memory) check(e *entry, target string, now time.Time) (lifecycle.Health, verdict) {
+func (m *Memory) check(e *entry, target string, now time.Time) (verdict.Health, fit) {
 	p, ok := m.cfg.Fleet.Get(e.p.Key)
 	if !ok || !p.Equal(e.p) {
-		return lifecycle.Health{}, unhealthy // gone or changed: the next sync re-files it
+		return verdict.Health{}, unhealthy // gone or changed: the next sync re-files it
 	}
 	h := m.cfg.Health.Health(e.p.Key)
 	switch {
@@ -412,7 +412,7 @@ func (m *Memory) check(e *entry, target string, now time.Time) (lifecycle.Health
 	return h, fits
 }
 
-func (m *Memory) grant(e *entry, h lifecycle.Health, r Request, now time.Time) Lease {
+func (m *Memory) grant(e *entry, h verdict.Health, r Request, now time.Time) Lease {
 	m.move(e, func() { e.load++; e.healthy, e.latency, e.rank = true, h.LatencyMillis, m.rank(h) })
 	l := &held{id: newID(), proxy: e.p.Key, target: r.Target, session: r.SessionKey, ttl: r.TTL, expires: now.Add(r.TTL)}
 	m.leases[l.id] = l
@@ -871,13 +871,13 @@ func (m *Memory) syncLocked(now time.Time) {
 // the Proxy is not being deleted or drained out of its pool, has an address, and its exit
 // does not fail a verification that excludes it (spec.verify.onMismatch). Leases already
 // held on a draining proxy run to their end.
-func Leasable(p fleet.Proxy, h lifecycle.Health) bool {
-	return h.State == lifecycle.HealthHealthy && !p.Deleting && !p.Draining && p.IP != "" &&
+func Leasable(p fleet.Proxy, h verdict.Health) bool {
+	return h.State == verdict.Healthy && !p.Deleting && !p.Draining && p.IP != "" &&
 		(h.Exit.Mismatch == "" || !p.ExcludesMismatch())
 }
 
 // rank is the index's band rank of a verdict: 0 for all when bands are not preferred.
-func (m *Memory) rank(h lifecycle.Health) int {
+func (m *Memory) rank(h verdict.Health) int {
 	if !m.cfg.PreferBand {
 		return 0
 	}
@@ -895,7 +895,7 @@ func (m *Memory) RefreshHealth() {
 	}
 }
 
-func (m *Memory) refreshEntry(e *entry, h lifecycle.Health) {
+func (m *Memory) refreshEntry(e *entry, h verdict.Health) {
 	ok := !e.denied && Leasable(e.p, h)
 	rank := m.rank(h)
 	if ok == e.healthy && h.LatencyMillis == e.latency && rank == e.rank {

@@ -12,30 +12,30 @@ import (
 
 	"github.com/proxy-operator/proxy-operator/internal/clocktest"
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
-	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 )
 
 // fakeHealth is a settable verdict per key; absent keys are Unknown.
 type fakeHealth struct {
 	mu sync.RWMutex
-	m  map[string]lifecycle.Health
+	m  map[string]verdict.Health
 }
 
-func newFakeHealth() *fakeHealth { return &fakeHealth{m: map[string]lifecycle.Health{}} }
+func newFakeHealth() *fakeHealth { return &fakeHealth{m: map[string]verdict.Health{}} }
 
-func (f *fakeHealth) Health(key string) lifecycle.Health {
+func (f *fakeHealth) Health(key string) verdict.Health {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	if h, ok := f.m[key]; ok {
 		return h
 	}
-	return lifecycle.Health{State: lifecycle.HealthUnknown}
+	return verdict.Health{State: verdict.Unknown}
 }
 
-func (f *fakeHealth) set(key string, state lifecycle.HealthState, latency int64) {
+func (f *fakeHealth) set(key string, state verdict.State, latency int64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.m[key] = lifecycle.Health{State: state, LatencyMillis: latency}
+	f.m[key] = verdict.Health{State: state, LatencyMillis: latency}
 }
 
 type fixture struct {
@@ -78,9 +78,9 @@ func (f *fixture) add(s spec) {
 		p.IP = ""
 	}
 	f.view.Upsert(p)
-	state := lifecycle.HealthHealthy
+	state := verdict.Healthy
 	if s.unhealthy {
-		state = lifecycle.HealthUnhealthy
+		state = verdict.Unhealthy
 	}
 	f.health.set(p.Key, state, s.latency)
 }
@@ -396,7 +396,7 @@ func TestStickySession(t *testing.T) {
 	}
 
 	// Unhealthy: a new proxy.
-	f.health.set(moved.Proxy.Key, lifecycle.HealthUnhealthy, 0)
+	f.health.set(moved.Proxy.Key, verdict.Unhealthy, 0)
 	if got := f.mustAcquire(t, Request{SessionKey: "s1"}).Proxy.Key; got == moved.Proxy.Key {
 		t.Errorf("session kept unhealthy %s", got)
 	}
@@ -473,14 +473,14 @@ func TestRecoveredProxyReturnsOnRefresh(t *testing.T) {
 	if _, err := f.acquire(t, Request{}); !errors.Is(err, ErrNoMatch) {
 		t.Fatalf("unhealthy: err %v, want ErrNoMatch", err)
 	}
-	f.health.set("ns/a", lifecycle.HealthHealthy, 5)
+	f.health.set("ns/a", verdict.Healthy, 5)
 	f.store.RefreshHealth()
 	f.mustAcquire(t, Request{})
 }
 
 func TestLatencyOrderFollowsRefresh(t *testing.T) {
 	f := newFixture(t, spec{name: "a", max: 5, latency: 10}, spec{name: "b", max: 5, latency: 20})
-	f.health.set("ns/a", lifecycle.HealthHealthy, 500)
+	f.health.set("ns/a", verdict.Healthy, 500)
 	f.store.RefreshHealth()
 	if got := f.mustAcquire(t, Request{}).Proxy.Key; got != "ns/b" {
 		t.Errorf("lease on %s, want ns/b (now faster)", got)
@@ -565,7 +565,7 @@ func TestRunFollowsTheFleet(t *testing.T) {
 		defer f.store.mu.Unlock()
 		return len(f.store.leases) == 0
 	})
-	f.health.set("ns/c", lifecycle.HealthHealthy, 1)
+	f.health.set("ns/c", verdict.Healthy, 1)
 	waitFor("offered the recovered proxy", func() bool {
 		f.store.mu.Lock()
 		defer f.store.mu.Unlock()

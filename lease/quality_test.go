@@ -9,10 +9,10 @@ import (
 
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
-	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 )
 
-func (f *fakeHealth) setHealth(key string, h lifecycle.Health) {
+func (f *fakeHealth) setHealth(key string, h verdict.Health) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.m[key] = h
@@ -81,8 +81,8 @@ func TestExitMismatchIsNotLeased(t *testing.T) {
 		f := newFixture(t)
 		p := fleet.Proxy{Key: "ns/ext", UID: "ext", Mode: v1.ModeExternal, IP: "10.0.0.1", Port: 3128, MaxLeases: 5, Verify: tc.verify}
 		f.view.Upsert(p)
-		f.health.setHealth(p.Key, lifecycle.Health{State: lifecycle.HealthHealthy,
-			Exit: lifecycle.Exit{IP: "198.51.100.7", Mismatch: "exit 198.51.100.7 is outside expectedExit 203.0.113.0/24"}})
+		f.health.setHealth(p.Key, verdict.Health{State: verdict.Healthy,
+			Exit: verdict.Exit{IP: "198.51.100.7", Mismatch: "exit 198.51.100.7 is outside expectedExit 203.0.113.0/24"}})
 		_, err := f.acquire(t, Request{})
 		if leased := err == nil; leased != tc.leased {
 			t.Errorf("verify %+v: leased %v (%v), want %v", tc.verify, leased, err, tc.leased)

@@ -18,6 +18,7 @@ import (
 
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 	"github.com/proxy-operator/proxy-operator/providers"
 )
 
@@ -100,7 +101,7 @@ func gitopsCases(t *testing.T) []gitopsCase {
 			return lifecycle.Outcome{Action: a, Err: providers.Wrap(err, "mock create", nil)}
 		}
 	}
-	healthy := lifecycle.Health{State: lifecycle.HealthHealthy, LatencyMillis: 30, Since: gitopsT0}
+	healthy := verdict.Health{State: verdict.Healthy, LatencyMillis: 30, Since: gitopsT0}
 
 	p := gitopsProxy("a")
 	creating := decide(t, p, lifecycle.Input{ProviderKnown: true}, created)
@@ -110,7 +111,7 @@ func gitopsCases(t *testing.T) []gitopsCase {
 	awaitingProbe := decide(t, booting, lifecycle.Input{ProviderKnown: true, Instance: runningInstance(p)}, nil)
 	ready := decide(t, awaitingProbe, lifecycle.Input{ProviderKnown: true, Instance: runningInstance(p), Health: healthy}, nil)
 	unhealthy := decide(t, ready, lifecycle.Input{ProviderKnown: true, Instance: runningInstance(p),
-		Health: lifecycle.Health{State: lifecycle.HealthUnhealthy, Since: gitopsT0, Reason: "timeout"}}, nil)
+		Health: verdict.Health{State: verdict.Unhealthy, Since: gitopsT0, Reason: "timeout"}}, nil)
 	respecced := copyProxy(t, ready)
 	respecced.Generation = 2 // the user edited the spec; the operator has not synced it yet
 	deleting := copyProxy(t, ready)

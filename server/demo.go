@@ -12,7 +12,7 @@ import (
 	k8stypes "k8s.io/apimachinery/pkg/types"
 
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
-	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 	"github.com/proxy-operator/proxy-operator/metacontroller/driver"
 )
 
@@ -104,7 +104,7 @@ func (o *Operator) runDemo(ctx context.Context) error {
 			healthy := 0
 			for i := 1; i <= n; i++ {
 				key := fmt.Sprintf("%s/demo-%d", DemoNamespace, i)
-				if st, _ := d.Status(key); st.Phase == v1.PhaseReady && o.sched.Health(key).State == lifecycle.HealthHealthy {
+				if st, _ := d.Status(key); st.Phase == v1.PhaseReady && o.sched.Health(key).State == verdict.Healthy {
 					healthy++
 				}
 			}

@@ -14,8 +14,8 @@ import (
 
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
 	"github.com/proxy-operator/proxy-operator/internal/healthtest"
-	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
 	"github.com/proxy-operator/proxy-operator/internal/redistest"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 	"github.com/proxy-operator/proxy-operator/lease/redisstore"
 	"github.com/proxy-operator/proxy-operator/providers"
 	"github.com/proxy-operator/proxy-operator/providers/mock"
@@ -57,7 +57,7 @@ func TestGatewayProcessesOverOneRedis(t *testing.T) {
 		key := "crawl/up" + strconv.Itoa(i)
 		view.Upsert(fleet.Proxy{Key: key, IP: ip, Port: int32(p), MaxLeases: 10, Phase: "Ready", Credentials: creds,
 			Attributes: map[string]string{"pool": "web"}})
-		h.Set(key, lifecycle.Health{State: lifecycle.HealthHealthy, LatencyMillis: int64(10 + i)})
+		h.Set(key, verdict.Health{State: verdict.Healthy, LatencyMillis: int64(10 + i)})
 	}
 	if err := redisstore.NewPublisher(redisstore.PublisherConfig{Store: store, Fleet: view, Health: h}).Sync(context.Background()); err != nil {
 		t.Fatal(err)

@@ -28,8 +28,8 @@ import (
 	"github.com/proxy-operator/proxy-operator/internal/gc"
 	"github.com/proxy-operator/proxy-operator/internal/kube"
 	"github.com/proxy-operator/proxy-operator/internal/kube/parents"
-	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
 	"github.com/proxy-operator/proxy-operator/internal/netpolicy"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 	"github.com/proxy-operator/proxy-operator/lease"
 	"github.com/proxy-operator/proxy-operator/providers"
 	"github.com/proxy-operator/proxy-operator/providers/factory"
@@ -523,7 +523,7 @@ func reportOutcome(r lease.Result) health.Outcome {
 }
 
 // notifyTransition hands a verdict transition to the health annotation, when there is one.
-func (o *Operator) notifyTransition(key string, _ lifecycle.Health) {
+func (o *Operator) notifyTransition(key string, _ verdict.Health) {
 	if o.marker != nil {
 		o.marker.Notify(key)
 	}

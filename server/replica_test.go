@@ -14,9 +14,9 @@ import (
 
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
 	"github.com/proxy-operator/proxy-operator/internal/healthtest"
-	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
 	"github.com/proxy-operator/proxy-operator/internal/logtest"
 	"github.com/proxy-operator/proxy-operator/internal/redistest"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 	"github.com/proxy-operator/proxy-operator/lease/redisstore"
 	"github.com/proxy-operator/proxy-operator/server"
 )
@@ -113,8 +113,8 @@ func TestReplicaChecksRecordsWithItsEgressPolicy(t *testing.T) {
 	view, health := fleet.New(time.Now, 0), &healthtest.Map{}
 	view.Upsert(fleet.Proxy{Key: "ns/loop", UID: "loop", IP: "127.0.0.1", Port: 3128, MaxLeases: 10, Phase: "Ready"})
 	view.Upsert(fleet.Proxy{Key: "ns/far", UID: "far", IP: "10.0.0.9", Port: 3128, MaxLeases: 10, Phase: "Ready"})
-	health.SetState("ns/loop", lifecycle.HealthHealthy, 1) // the faster: chosen first by the script
-	health.SetState("ns/far", lifecycle.HealthHealthy, 50)
+	health.SetState("ns/loop", verdict.Healthy, 1) // the faster: chosen first by the script
+	health.SetState("ns/far", verdict.Healthy, 50)
 	if err := redisstore.NewPublisher(redisstore.PublisherConfig{Store: store, Fleet: view, Health: health}).Sync(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -2,12 +2,12 @@ package mark
 
 import (
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
-	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 )
 
 // HealthSource is the prober's live verdict by namespace/name.
 type HealthSource interface {
-	Health(key string) lifecycle.Health
+	Health(key string) verdict.Health
 }
 
 // FleetBehind is the Behind of a Marker in the operator: a Proxy is behind when the prober's
@@ -24,7 +24,7 @@ func FleetBehind(view *fleet.View, health HealthSource) func(key string) (string
 		}
 		h := health.Health(key)
 		live := h.State
-		if live != lifecycle.HealthHealthy && live != lifecycle.HealthUnhealthy {
+		if live != verdict.Healthy && live != verdict.Unhealthy {
 			return "", false
 		}
 		// An exit or a quality band the status does not show yet is a transition too; the

@@ -7,22 +7,22 @@ import (
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/health/mark"
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
-	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 )
 
-type verdicts map[string]lifecycle.HealthState
+type verdicts map[string]verdict.State
 
-func (v verdicts) Health(key string) lifecycle.Health { return lifecycle.Health{State: v[key]} }
+func (v verdicts) Health(key string) verdict.Health { return verdict.Health{State: v[key]} }
 
 func TestFleetBehind(t *testing.T) {
 	view := fleet.New(time.Now, 0)
-	view.Upsert(fleet.Proxy{Key: "ns/a", UID: "a", Recorded: lifecycle.Health{State: lifecycle.HealthHealthy}})
-	view.Upsert(fleet.Proxy{Key: "ns/b", UID: "b", Recorded: lifecycle.Health{State: lifecycle.HealthHealthy}})
-	view.Upsert(fleet.Proxy{Key: "ns/c", UID: "c", Recorded: lifecycle.Health{State: lifecycle.HealthUnknown}})
-	view.Upsert(fleet.Proxy{Key: "ns/e", UID: "e", Recorded: lifecycle.Health{State: lifecycle.HealthUnknown}, AwaitingVerdict: true})
-	view.Upsert(fleet.Proxy{Key: "ns/d", UID: "d", Recorded: lifecycle.Health{State: lifecycle.HealthHealthy}, Deleting: true})
-	live := verdicts{"ns/a": lifecycle.HealthUnhealthy, "ns/b": lifecycle.HealthHealthy, "ns/c": lifecycle.HealthHealthy, "ns/e": lifecycle.HealthHealthy,
-		"ns/d": lifecycle.HealthUnhealthy, "ns/x": lifecycle.HealthUnhealthy, "ns/u": lifecycle.HealthUnknown}
+	view.Upsert(fleet.Proxy{Key: "ns/a", UID: "a", Recorded: verdict.Health{State: verdict.Healthy}})
+	view.Upsert(fleet.Proxy{Key: "ns/b", UID: "b", Recorded: verdict.Health{State: verdict.Healthy}})
+	view.Upsert(fleet.Proxy{Key: "ns/c", UID: "c", Recorded: verdict.Health{State: verdict.Unknown}})
+	view.Upsert(fleet.Proxy{Key: "ns/e", UID: "e", Recorded: verdict.Health{State: verdict.Unknown}, AwaitingVerdict: true})
+	view.Upsert(fleet.Proxy{Key: "ns/d", UID: "d", Recorded: verdict.Health{State: verdict.Healthy}, Deleting: true})
+	live := verdicts{"ns/a": verdict.Unhealthy, "ns/b": verdict.Healthy, "ns/c": verdict.Healthy, "ns/e": verdict.Healthy,
+		"ns/d": verdict.Unhealthy, "ns/x": verdict.Unhealthy, "ns/u": verdict.Unknown}
 	behind := mark.FleetBehind(view, live)
 	for _, tc := range []struct {
 		key     string
@@ -44,15 +44,15 @@ func TestFleetBehind(t *testing.T) {
 	}
 }
 
-type healthMap map[string]lifecycle.Health
+type healthMap map[string]verdict.Health
 
-func (m healthMap) Health(key string) lifecycle.Health { return m[key] }
+func (m healthMap) Health(key string) verdict.Health { return m[key] }
 
 // TestFleetBehindOnExitAndBand: an exit or a band the status does not show yet is behind too;
 // one it already shows is not.
 func TestFleetBehindOnExitAndBand(t *testing.T) {
-	exit := lifecycle.Exit{IP: "203.0.113.9", Country: "US"}
-	rec := lifecycle.Health{State: lifecycle.HealthHealthy, Exit: exit, Band: v1.BandGood}
+	exit := verdict.Exit{IP: "203.0.113.9", Country: "US"}
+	rec := verdict.Health{State: verdict.Healthy, Exit: exit, Band: v1.BandGood}
 	view := fleet.New(time.Now, 0)
 	for _, k := range []string{"ns/same", "ns/exit", "ns/band", "ns/noexit"} {
 		view.Upsert(fleet.Proxy{Key: k, UID: k, Recorded: rec})
@@ -61,9 +61,9 @@ func TestFleetBehindOnExitAndBand(t *testing.T) {
 	moved.IP = "203.0.113.10"
 	live := healthMap{
 		"ns/same":   rec,
-		"ns/exit":   {State: lifecycle.HealthHealthy, Exit: moved, Band: v1.BandGood},
-		"ns/band":   {State: lifecycle.HealthHealthy, Exit: exit, Band: v1.BandPoor},
-		"ns/noexit": {State: lifecycle.HealthHealthy}, // a restarted prober knows nothing new
+		"ns/exit":   {State: verdict.Healthy, Exit: moved, Band: v1.BandGood},
+		"ns/band":   {State: verdict.Healthy, Exit: exit, Band: v1.BandPoor},
+		"ns/noexit": {State: verdict.Healthy}, // a restarted prober knows nothing new
 	}
 	behind := mark.FleetBehind(view, live)
 	for key, want := range map[string]string{"ns/same": "", "ns/exit": "Healthy,exit=203.0.113.10", "ns/band": "Healthy,band=Poor", "ns/noexit": ""} {

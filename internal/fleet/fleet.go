@@ -12,7 +12,7 @@ import (
 	"time"
 
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
-	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 	"github.com/proxy-operator/proxy-operator/providers"
 )
 
@@ -36,7 +36,7 @@ type Proxy struct {
 	HealthCheck v1.HealthCheckSpec
 	Phase       v1.ProxyPhase
 	// Recorded is the health the Proxy's status last recorded: where a restarted prober starts.
-	Recorded lifecycle.Health
+	Recorded verdict.Health
 	// Deleting is set once the Proxy is being finalized; it is no longer offered to crawlers.
 	Deleting bool
 	// Credentials are what the proxy demands (nil: an External proxy without any). Probes
@@ -92,7 +92,7 @@ func (p Proxy) Equal(o Proxy) bool {
 		Mode                               v1.ProvisioningMode
 		Port, MaxLeases                    int32
 		Phase                              v1.ProxyPhase
-		Recorded                           lifecycle.Health
+		Recorded                           verdict.Health
 		Deleting, Draining, Awaiting       bool
 		ProbeURL                           string
 		Interval, Timeout, Fail, Succeed   int32

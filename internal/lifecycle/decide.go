@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 	"github.com/proxy-operator/proxy-operator/providers"
 )
 
@@ -200,7 +201,7 @@ func (d *decider) syncManaged() {
 // either way.
 func (d *decider) awaitingFirstVerdict(inst *providers.Instance, instHash string) bool {
 	h := d.in.Health.State
-	return (h == HealthUnknown || h == "") && inst.State == providers.StateRunning && inst.IP != "" &&
+	return (h == verdict.Unknown || h == "") && inst.State == providers.StateRunning && inst.IP != "" &&
 		d.prev.Phase == v1.PhaseProvisioning && d.prev.IP == "" && d.prev.ProviderID == inst.ID &&
 		d.prev.SpecHash == instHash && d.prevReason() == ReasonCreating
 }
@@ -407,9 +408,9 @@ func newCreateRequest(p *v1.Proxy, hash, cloudInit string) providers.CreateReque
 // healthPhase maps the prober's verdict onto Ready/Unhealthy, or unknown onto fallback.
 func (d *decider) healthPhase(unknown v1.ProxyPhase) v1.ProxyPhase {
 	switch d.in.Health.State {
-	case HealthHealthy:
+	case verdict.Healthy:
 		return v1.PhaseReady
-	case HealthUnhealthy:
+	case verdict.Unhealthy:
 		return v1.PhaseUnhealthy
 	}
 	return unknown
@@ -426,7 +427,7 @@ func (d *decider) healthResync() time.Duration {
 // probeable (no running instance) and health is Unknown.
 func (d *decider) healthCondition(probed bool) {
 	h := d.in.Health
-	if !probed || h.State == HealthUnknown || h.State == "" {
+	if !probed || h.State == verdict.Unknown || h.State == "" {
 		reason, msg := ReasonAwaitingInstance, "no running instance to probe"
 		if probed {
 			reason, msg = ReasonAwaitingProbe, "no probe verdict yet"
@@ -455,7 +456,7 @@ func (d *decider) healthCondition(probed bool) {
 	if h.Band != "" {
 		d.st.QualityBand = h.Band
 	}
-	if h.State == HealthHealthy {
+	if h.State == verdict.Healthy {
 		d.setCondition(v1.ConditionHealthy, metav1.ConditionTrue, ReasonProbeSucceeded, "probe through the proxy succeeded")
 		return
 	}
@@ -486,7 +487,7 @@ func (d *decider) exitCondition() {
 	d.setCondition(v1.ConditionExitVerified, metav1.ConditionTrue, ReasonExitVerified, "exit "+describeExit(h)+" passes the checks")
 }
 
-func describeExit(e Exit) string {
+func describeExit(e verdict.Exit) string {
 	s := e.IP
 	var parts []string
 	if e.Country != "" {
@@ -503,9 +504,9 @@ func describeExit(e Exit) string {
 
 // healthTransition says the Healthy condition this sync writes for state differs from the one
 // status holds (or status holds none yet): only then is the verdict's latency recorded.
-func (d *decider) healthTransition(state HealthState) bool {
+func (d *decider) healthTransition(state verdict.State) bool {
 	want := metav1.ConditionFalse
-	if state == HealthHealthy {
+	if state == verdict.Healthy {
 		want = metav1.ConditionTrue
 	}
 	c := findCondition(d.prev.Conditions, v1.ConditionHealthy)
@@ -640,21 +641,21 @@ func (d *decider) heldBackBy() (reason, msg string) {
 
 // RecordedHealth reads back the health a status last recorded, so a restarted prober can start
 // from it instead of from Unknown.
-func RecordedHealth(st v1.ProxyStatus) Health {
-	h := Health{State: HealthUnknown, LatencyMillis: st.LatencyMillis}
+func RecordedHealth(st v1.ProxyStatus) verdict.Health {
+	h := verdict.Health{State: verdict.Unknown, LatencyMillis: st.LatencyMillis}
 	if st.LastHealthCheckTime != nil {
 		h.Since = st.LastHealthCheckTime.Time
 	}
 	if c := findCondition(st.Conditions, v1.ConditionHealthy); c != nil {
 		switch c.Status {
 		case metav1.ConditionTrue:
-			h.State = HealthHealthy
+			h.State = verdict.Healthy
 		case metav1.ConditionFalse:
-			h.State = HealthUnhealthy
+			h.State = verdict.Unhealthy
 		}
 	}
 	if e := st.Exit; e != nil {
-		h.Exit = Exit{IP: e.IP, Country: e.Country, ASN: uint32(max(e.ASN, 0))}
+		h.Exit = verdict.Exit{IP: e.IP, Country: e.Country, ASN: uint32(max(e.ASN, 0))}
 		if c := findCondition(st.Conditions, v1.ConditionExitVerified); c != nil && c.Status == metav1.ConditionFalse {
 			h.Exit.Mismatch = c.Message
 		}

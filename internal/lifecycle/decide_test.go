@@ -11,6 +11,7 @@ import (
 
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 	"github.com/proxy-operator/proxy-operator/providers"
 )
 
@@ -41,7 +42,7 @@ func running(p *v1.Proxy) *providers.Instance {
 		OwnerUID: string(p.UID), SpecHash: lifecycle.SpecHash(&p.Spec, "")}
 }
 
-var healthy = lifecycle.Health{State: lifecycle.HealthHealthy, LatencyMillis: 40, Since: t0.Add(-10 * time.Second)}
+var healthy = verdict.Health{State: verdict.Healthy, LatencyMillis: 40, Since: t0.Add(-10 * time.Second)}
 
 func mustJSON(t *testing.T, v any) string {
 	t.Helper()
@@ -83,7 +84,7 @@ func TestSteadyStatusIsAFixpoint(t *testing.T) {
 	}{
 		{"managed ready", lifecycle.Input{Proxy: m, ProviderKnown: true, Instance: running(m), Health: healthy}, v1.PhaseReady},
 		{"managed unhealthy", lifecycle.Input{Proxy: m, ProviderKnown: true, Instance: running(m),
-			Health: lifecycle.Health{State: lifecycle.HealthUnhealthy, Since: t0, Reason: "timeout"}}, v1.PhaseUnhealthy},
+			Health: verdict.Health{State: verdict.Unhealthy, Since: t0, Reason: "timeout"}}, v1.PhaseUnhealthy},
 		{"managed no verdict", lifecycle.Input{Proxy: m, ProviderKnown: true, Instance: running(m)}, v1.PhaseProvisioning},
 		{"managed unknown provider", lifecycle.Input{Proxy: m}, v1.PhaseFailed},
 		{"external ready", lifecycle.Input{Proxy: externalProxy(), Health: healthy}, v1.PhaseReady},
@@ -130,12 +131,12 @@ func TestTransitionTimes(t *testing.T) {
 	}
 	tests := []struct {
 		name   string
-		health lifecycle.Health
+		health verdict.Health
 		want   time.Time
 	}{
 		{"same verdict keeps the time", healthy, t0},
-		{"new latency keeps the time", lifecycle.Health{State: lifecycle.HealthHealthy, LatencyMillis: 400, Since: t0}, t0},
-		{"flip takes now", lifecycle.Health{State: lifecycle.HealthUnhealthy, Since: t0.Add(time.Hour)}, t0.Add(time.Hour)},
+		{"new latency keeps the time", verdict.Health{State: verdict.Healthy, LatencyMillis: 400, Since: t0}, t0},
+		{"flip takes now", verdict.Health{State: verdict.Unhealthy, Since: t0.Add(time.Hour)}, t0.Add(time.Hour)},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -361,13 +362,13 @@ func TestReadyCondition(t *testing.T) {
 		t.Fatalf("while creating: Ready = %+v, want False Creating since %s", c, t0)
 	}
 
-	step := func(prev v1.ProxyStatus, at time.Duration, health lifecycle.Health) v1.ProxyStatus {
+	step := func(prev v1.ProxyStatus, at time.Duration, health verdict.Health) v1.ProxyStatus {
 		p := *m
 		p.Status = prev
 		return lifecycle.Decide(lifecycle.Input{Proxy: &p, ProviderKnown: true, Instance: running(m), Health: health, Now: t0.Add(at)}).Status
 	}
 	// Running, no verdict yet: still False, new reason, same transition time.
-	st = step(st, time.Minute, lifecycle.Health{})
+	st = step(st, time.Minute, verdict.Health{})
 	if c := cond(st, v1.ConditionReady); c.Status != metav1.ConditionFalse || c.Reason != lifecycle.ReasonAwaitingProbe || !c.LastTransitionTime.Time.Equal(t0) {
 		t.Errorf("awaiting probe: Ready = %+v, want False AwaitingProbe, time kept at %s", c, t0)
 	}
@@ -381,7 +382,7 @@ func TestReadyCondition(t *testing.T) {
 		t.Errorf("steady Ready proxy re-decided an hour later changed:\nwant %s\ngot  %s", steady, got)
 	}
 	// Unhealthy: False, ProbeFailed, now.
-	st = step(st, 3*time.Hour, lifecycle.Health{State: lifecycle.HealthUnhealthy, Since: t0.Add(3 * time.Hour), Reason: "timeout"})
+	st = step(st, 3*time.Hour, verdict.Health{State: verdict.Unhealthy, Since: t0.Add(3 * time.Hour), Reason: "timeout"})
 	if c := cond(st, v1.ConditionReady); c.Status != metav1.ConditionFalse || c.Reason != lifecycle.ReasonProbeFailed || !c.LastTransitionTime.Time.Equal(t0.Add(3*time.Hour)) {
 		t.Errorf("unhealthy: Ready = %+v, want False ProbeFailed since %s", c, t0.Add(3*time.Hour))
 	}
@@ -415,11 +416,11 @@ func TestLatencyOnlyAtHealthTransitions(t *testing.T) {
 	}
 
 	flips := []struct {
-		state   lifecycle.HealthState
+		state   verdict.State
 		latency int64
-	}{{lifecycle.HealthUnhealthy, 900}, {lifecycle.HealthHealthy, 7}}
+	}{{verdict.Unhealthy, 900}, {verdict.Healthy, 7}}
 	for _, f := range flips {
-		in.Health = lifecycle.Health{State: f.state, LatencyMillis: f.latency, Since: in.Now}
+		in.Health = verdict.Health{State: f.state, LatencyMillis: f.latency, Since: in.Now}
 		in = settle(t, in)
 		if got := in.Proxy.Status.LatencyMillis; got != f.latency {
 			t.Errorf("transition to %s recorded latency %d, want %d", f.state, got, f.latency)

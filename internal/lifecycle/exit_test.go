@@ -10,6 +10,7 @@ import (
 
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 )
 
 func condition(st v1.ProxyStatus, typ string) *metav1.Condition {
@@ -27,7 +28,7 @@ func condition(st v1.ProxyStatus, typ string) *metav1.Condition {
 func TestExitAndBandInStatus(t *testing.T) {
 	m := managedProxy("a")
 	h := healthy
-	h.Exit = lifecycle.Exit{IP: "127.1.2.3", Country: "US", ASN: 64500}
+	h.Exit = verdict.Exit{IP: "127.1.2.3", Country: "US", ASN: 64500}
 	h.Band = v1.BandGood
 	in := settle(t, lifecycle.Input{Proxy: m, ProviderKnown: true, Instance: running(m), Health: h, Now: t0})
 	st := in.Proxy.Status
@@ -46,7 +47,7 @@ func TestExitAndBandInStatus(t *testing.T) {
 	}
 
 	// A verdict without an exit yet (a restarted prober that recorded nothing new) keeps it.
-	in.Health.Exit = lifecycle.Exit{}
+	in.Health.Exit = verdict.Exit{}
 	in.Health.Band = ""
 	in.Now = t0.Add(time.Hour)
 	if got, want := mustJSON(t, lifecycle.Decide(in).Status), mustJSON(t, st); got != want {

@@ -8,43 +8,9 @@ import (
 	"time"
 
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 	"github.com/proxy-operator/proxy-operator/providers"
 )
-
-// HealthState is what the prober concluded about a proxy.
-type HealthState string
-
-const (
-	HealthUnknown   HealthState = "Unknown"
-	HealthHealthy   HealthState = "Healthy"
-	HealthUnhealthy HealthState = "Unhealthy"
-)
-
-// Health is the prober's current verdict on one proxy.
-type Health struct {
-	State HealthState
-	// LatencyMillis is the latency the prober reports (its choice of last value or average).
-	LatencyMillis int64
-	// Since is the time of the probe that made State what it is.
-	Since time.Time
-	// Reason is a short stable word for the last failing probe ("timeout", "refused", "status").
-	Reason string
-	// Exit is what the latest exit check learned (zero until one succeeded).
-	Exit Exit
-	// Band is the quality band ("" until the proxy is graded).
-	Band v1.QualityBand
-}
-
-// Exit is the address a target sees through the proxy, what the databases say about it, and
-// whether it passes the Proxy's verification. Every field moves only when the exit (or a
-// database's answer about it) does.
-type Exit struct {
-	IP      string
-	Country string
-	ASN     uint32
-	// Mismatch says why the exit fails verification ("" when it passes).
-	Mismatch string
-}
 
 // ActionKind is what the webhook must ask the provider to do.
 type ActionKind string
@@ -103,7 +69,7 @@ type Input struct {
 	// Outcome is set on the second pass, after the webhook ran the first pass's action.
 	Outcome *Outcome
 	// Health is the prober's verdict.
-	Health Health
+	Health verdict.Health
 	// HealthResync is how soon a steady proxy should be synced again so that a health
 	// transition reaches its status; 0 means DefaultHealthResync.
 	HealthResync time.Duration

@@ -8,13 +8,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/proxy-operator/proxy-operator/api/v1alpha1"
 	"net"
 	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/proxy-operator/proxy-operator/api/v1alpha1"
 )
 
 // ErrDenied is wrapped by *DeniedError.

@@ -16,7 +16,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/internal/clocktest"
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
 	"github.com/proxy-operator/proxy-operator/internal/healthtest"
-	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 	"github.com/proxy-operator/proxy-operator/lease"
 )
 
@@ -143,9 +143,9 @@ func (fx *fixture) put(s spec) {
 		p.IP = ""
 	}
 	fx.view.Upsert(p)
-	state := lifecycle.HealthHealthy
+	state := verdict.Healthy
 	if s.unhealthy {
-		state = lifecycle.HealthUnhealthy
+		state = verdict.Unhealthy
 	}
 	fx.health.SetState(p.Key, state, s.latency)
 }
@@ -524,7 +524,7 @@ func testStickySession(t *testing.T, f Factory) {
 	}
 
 	// Unhealthy: a new proxy.
-	fx.health.SetState(moved.Proxy.Key, lifecycle.HealthUnhealthy, 0)
+	fx.health.SetState(moved.Proxy.Key, verdict.Unhealthy, 0)
 	fx.h.Sync(t)
 	if got := fx.mustAcquire(t, lease.Request{SessionKey: "s1"}).Proxy.Key; got == moved.Proxy.Key {
 		t.Errorf("session kept unhealthy %s", got)
@@ -662,14 +662,14 @@ func testRecovered(t *testing.T, f Factory) {
 	if _, err := fx.acquire(t, lease.Request{}); !errors.Is(err, lease.ErrNoMatch) {
 		t.Fatalf("unhealthy: err %v, want ErrNoMatch", err)
 	}
-	fx.health.SetState("ns/a", lifecycle.HealthHealthy, 5)
+	fx.health.SetState("ns/a", verdict.Healthy, 5)
 	fx.h.Sync(t)
 	fx.mustAcquire(t, lease.Request{})
 }
 
 func testLatencyOrder(t *testing.T, f Factory) {
 	fx := newFixture(t, f, spec{name: "a", max: 5, latency: 10}, spec{name: "b", max: 5, latency: 20})
-	fx.health.SetState("ns/a", lifecycle.HealthHealthy, 500)
+	fx.health.SetState("ns/a", verdict.Healthy, 500)
 	fx.h.Sync(t)
 	if got := fx.mustAcquire(t, lease.Request{}); got.Proxy.Key != "ns/b" || got.Health.LatencyMillis != 20 {
 		t.Errorf("lease on %s (latency %d), want ns/b (20, now faster)", got.Proxy.Key, got.Health.LatencyMillis)
@@ -704,13 +704,13 @@ func testLeaseRecord(t *testing.T, f Factory) {
 	p := fleet.Proxy{Key: "ns/full", UID: "u1", Generation: 3, Provider: "mock", ProviderID: "i-1", IP: "10.1.2.3", Port: 8080,
 		Attributes: map[string]string{"geo": "eu", "tier": "gold"}, MaxLeases: 3, Phase: "Ready"}
 	fx.view.Upsert(p)
-	fx.health.SetState(p.Key, lifecycle.HealthHealthy, 42)
+	fx.health.SetState(p.Key, verdict.Healthy, 42)
 	fx.h.Sync(t)
 	l := fx.mustAcquire(t, lease.Request{Selector: eu, Target: "t.example", SessionKey: "s"})
 	if diff := cmp.Diff(p, l.Proxy); diff != "" {
 		t.Errorf("lease's proxy mismatch (-want +got):\n%s", diff)
 	}
-	if l.Health.State != lifecycle.HealthHealthy || l.Health.LatencyMillis != 42 || l.Target != "t.example" || l.SessionKey != "s" || l.Active != 1 || l.ID == "" {
+	if l.Health.State != verdict.Healthy || l.Health.LatencyMillis != 42 || l.Target != "t.example" || l.SessionKey != "s" || l.Active != 1 || l.ID == "" {
 		t.Errorf("lease %+v: want healthy at 42 ms, target, session, 1 active and an id", l)
 	}
 }

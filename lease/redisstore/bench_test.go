@@ -10,14 +10,14 @@ import (
 	"time"
 
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
-	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
 	"github.com/proxy-operator/proxy-operator/internal/redistest"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 	"github.com/proxy-operator/proxy-operator/lease"
 )
 
-type benchHealth map[string]lifecycle.Health
+type benchHealth map[string]verdict.Health
 
-func (h benchHealth) Health(key string) lifecycle.Health { return h[key] }
+func (h benchHealth) Health(key string) verdict.Health { return h[key] }
 
 // benchView is n healthy proxies over 10 attribute sets (as lease's own benchmark).
 func benchView(n int) (*fleet.View, benchHealth) {
@@ -28,7 +28,7 @@ func benchView(n int) (*fleet.View, benchHealth) {
 		p := fleet.Proxy{Key: fmt.Sprintf("ns/p%06d", i), IP: "10.0.0.1", Port: 3128, MaxLeases: 4,
 			Attributes: map[string]string{"geo": geos[i%5], "purpose": []string{"crawl", "scrape"}[i/5%2]}}
 		view.Upsert(p)
-		health[p.Key] = lifecycle.Health{State: lifecycle.HealthHealthy, LatencyMillis: int64(20 + i*7919%300)}
+		health[p.Key] = verdict.Health{State: verdict.Healthy, LatencyMillis: int64(20 + i*7919%300)}
 	}
 	return view, health
 }

@@ -14,8 +14,8 @@ import (
 
 	"github.com/proxy-operator/proxy-operator/internal/clocktest"
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
-	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
 	"github.com/proxy-operator/proxy-operator/internal/redistest"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 	"github.com/proxy-operator/proxy-operator/lease"
 )
 
@@ -46,12 +46,12 @@ func boundedStore(t *testing.T) (*Store, *clocktest.Clock) {
 
 type staticHealth struct{}
 
-func (staticHealth) Health(key string) lifecycle.Health {
+func (staticHealth) Health(key string) verdict.Health {
 	lat := int64(0)
 	for _, c := range key {
 		lat = (lat*31 + int64(c)) % 97
 	}
-	return lifecycle.Health{State: lifecycle.HealthHealthy, LatencyMillis: 10 + lat}
+	return verdict.Health{State: verdict.Healthy, LatencyMillis: 10 + lat}
 }
 
 // sharedFleet publishes n proxies over 3 attribute sets into one prefix and returns n

@@ -16,7 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
-	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 	"github.com/proxy-operator/proxy-operator/lease"
 )
 
@@ -48,7 +48,7 @@ type Publisher struct {
 
 type published struct {
 	proxy  string // the record's JSON: any field added to fleet.Proxy counts as a change
-	health lifecycle.Health
+	health verdict.Health
 	ok     bool
 }
 
@@ -239,13 +239,13 @@ func flag(b bool) string {
 	return "0"
 }
 
-func sameHealth(a, b lifecycle.Health) bool {
+func sameHealth(a, b verdict.Health) bool {
 	return a.State == b.State && a.LatencyMillis == b.LatencyMillis && a.Reason == b.Reason && a.Since.Equal(b.Since) && a.Band == b.Band
 }
 
 // bandPenalty is what the scripts rank a verdict's band by: 0 for Good .. 3 for ungraded
 // (v1.BandRank reversed), 0 for every proxy when bands are not preferred.
-func (pb *Publisher) bandPenalty(h lifecycle.Health) int {
+func (pb *Publisher) bandPenalty(h verdict.Health) int {
 	if !pb.preferBand {
 		return 0
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
-	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 	"github.com/proxy-operator/proxy-operator/lease"
 )
 
@@ -40,7 +40,7 @@ type Reader struct {
 	fver, hver string
 	byKey      map[string]fleet.Proxy
 	list       []fleet.Proxy
-	health     map[string]lifecycle.Health
+	health     map[string]verdict.Health
 	complete   bool
 	okAt       time.Time
 	lastErr    error
@@ -67,7 +67,7 @@ func NewReader(cfg ReaderConfig) *Reader {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	return &Reader{store: cfg.Store, poll: cfg.PollInterval, staleAfter: cfg.StaleAfter, log: cfg.Log, now: time.Now,
-		byKey: map[string]fleet.Proxy{}, health: map[string]lifecycle.Health{}, lastErr: errors.New("not read yet")}
+		byKey: map[string]fleet.Proxy{}, health: map[string]verdict.Health{}, lastErr: errors.New("not read yet")}
 }
 
 // Run refreshes on every PollInterval until ctx ends.
@@ -159,11 +159,11 @@ func (r *Reader) refresh(ctx context.Context) error {
 			list = []fleet.Proxy{}
 		}
 	}
-	var health map[string]lifecycle.Health
+	var health map[string]verdict.Health
 	if hc != nil {
-		health = make(map[string]lifecycle.Health, len(hc.Val()))
+		health = make(map[string]verdict.Health, len(hc.Val()))
 		for k, js := range hc.Val() {
-			var h lifecycle.Health
+			var h verdict.Health
 			if err := json.Unmarshal([]byte(js), &h); err != nil {
 				continue
 			}
@@ -222,13 +222,13 @@ func (r *Reader) Get(key string) (fleet.Proxy, bool) {
 }
 
 // Health returns the published verdict for key (Unknown when none).
-func (r *Reader) Health(key string) lifecycle.Health {
+func (r *Reader) Health(key string) verdict.Health {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	if h, ok := r.health[key]; ok {
 		return h
 	}
-	return lifecycle.Health{State: lifecycle.HealthUnknown}
+	return verdict.Health{State: verdict.Unknown}
 }
 
 // Complete reports whether an operator has published the whole fleet at least once into

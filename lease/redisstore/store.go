@@ -21,7 +21,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
-	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 	"github.com/proxy-operator/proxy-operator/lease"
 )
 
@@ -595,12 +595,12 @@ func containsAll(attrs, sel map[string]string) bool {
 
 // decode reads the published records a script handed back; a record the store cannot read
 // still names the proxy, so a lease is never refused over it.
-func decode(key, pj, hj string) (fleet.Proxy, lifecycle.Health) {
+func decode(key, pj, hj string) (fleet.Proxy, verdict.Health) {
 	p, err := decodeProxy([]byte(pj))
 	if pj == "" || err != nil {
 		p = fleet.Proxy{Key: key}
 	}
-	var h lifecycle.Health
+	var h verdict.Health
 	if hj != "" {
 		_ = json.Unmarshal([]byte(hj), &h)
 	}

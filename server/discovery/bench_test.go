@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 	"github.com/proxy-operator/proxy-operator/server/httpx"
 
 	"github.com/go-chi/chi/v5"
@@ -23,7 +24,6 @@ import (
 
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
 	"github.com/proxy-operator/proxy-operator/internal/healthtest"
-	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
 	"github.com/proxy-operator/proxy-operator/internal/redistest"
 	"github.com/proxy-operator/proxy-operator/lease"
 	"github.com/proxy-operator/proxy-operator/lease/redisstore"
@@ -108,7 +108,7 @@ func benchFleet(n int) (*fleet.View, *healthtest.Map) {
 		view.Upsert(fleet.Proxy{Key: key, UID: key, IP: fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255), Port: 3128,
 			Attributes: map[string]string{"geo": geos[i%len(geos)], "purpose": []string{"crawl", "scrape"}[i/len(geos)%2]},
 			MaxLeases:  4, Phase: "Ready"})
-		health.Set(key, lifecycle.Health{State: lifecycle.HealthHealthy, LatencyMillis: int64(20 + i*7919%300)})
+		health.Set(key, verdict.Health{State: verdict.Healthy, LatencyMillis: int64(20 + i*7919%300)})
 	}
 	return view, health
 }

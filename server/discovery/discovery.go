@@ -21,7 +21,7 @@ import (
 
 	"github.com/proxy-operator/proxy-operator/client"
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
-	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 	"github.com/proxy-operator/proxy-operator/lease"
 	"github.com/proxy-operator/proxy-operator/server/discovery/access"
 	"github.com/proxy-operator/proxy-operator/server/httpx"
@@ -64,7 +64,7 @@ const (
 
 // HealthSource is the prober's live verdict by proxy key (lease.Health has the same method).
 type HealthSource interface {
-	Health(key string) lifecycle.Health
+	Health(key string) verdict.Health
 }
 
 // FleetSource is where the API reads the fleet: the process's *fleet.View, or, with a shared
@@ -346,6 +346,6 @@ func (d *Discovery) serve(h httpx.HandlerFunc) http.HandlerFunc {
 
 type unknownHealth struct{}
 
-func (unknownHealth) Health(string) lifecycle.Health {
-	return lifecycle.Health{State: lifecycle.HealthUnknown}
+func (unknownHealth) Health(string) verdict.Health {
+	return verdict.Health{State: verdict.Unknown}
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/proxy-operator/proxy-operator/client"
-	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 )
 
 // FuzzDiscovery sends arbitrary methods, paths and bodies with a valid token: the answer is
@@ -32,9 +32,9 @@ func FuzzDiscovery(f *testing.F) {
 	}
 	fx := newDiscFixture(f, discOpts{token: discToken})
 	for _, n := range []string{"p1", "p2", "p3"} {
-		fx.add(n, map[string]string{"geo": "eu"}, 3, lifecycle.HealthHealthy, 10)
+		fx.add(n, map[string]string{"geo": "eu"}, 3, verdict.Healthy, 10)
 	}
-	fx.add("p4", nil, 3, lifecycle.HealthUnhealthy, 10)
+	fx.add("p4", nil, 3, verdict.Unhealthy, 10)
 	f.Fuzz(func(t *testing.T, method, path, body string) {
 		held := fx.do(t, "POST", "/v1/leases", discToken, `{"ttlSeconds": 3600}`)
 		if held.code == http.StatusOK {

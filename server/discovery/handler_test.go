@@ -21,7 +21,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/internal/clocktest"
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
 	"github.com/proxy-operator/proxy-operator/internal/healthtest"
-	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 	"github.com/proxy-operator/proxy-operator/lease"
 	"github.com/proxy-operator/proxy-operator/server/discovery"
 )
@@ -75,7 +75,7 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
-func (f *discFixture) add(name string, attrs map[string]string, max int32, state lifecycle.HealthState, latency int64) {
+func (f *discFixture) add(name string, attrs map[string]string, max int32, state verdict.State, latency int64) {
 	key := "crawl/" + name
 	f.view.Upsert(fleet.Proxy{Key: key, UID: name, IP: "10.1.0." + name[len(name)-1:], Port: 3128, Attributes: attrs, MaxLeases: max, Phase: "Ready"})
 	f.health.SetState(key, state, latency)
@@ -123,7 +123,7 @@ func decodeAs[T any](t testing.TB, r resp) T {
 
 func TestDiscoveryAuth(t *testing.T) {
 	f := newDiscFixture(t, discOpts{token: discToken})
-	f.add("p1", nil, 5, lifecycle.HealthHealthy, 10)
+	f.add("p1", nil, 5, verdict.Healthy, 10)
 	tests := []struct {
 		name, method, path, header string
 		want                       int
@@ -199,10 +199,10 @@ func TestDiscoveryAuthOff(t *testing.T) {
 func TestDiscoveryList(t *testing.T) {
 	f := newDiscFixture(t, discOpts{token: discToken})
 	eu := map[string]string{"geo": "eu", "purpose": "crawl"}
-	f.add("p1", eu, 5, lifecycle.HealthHealthy, 10)
-	f.add("p2", eu, 5, lifecycle.HealthUnhealthy, 0)
-	f.add("p3", map[string]string{"geo": "us"}, 0, lifecycle.HealthHealthy, 30)
-	f.add("p4", nil, 1, lifecycle.HealthUnknown, 0)
+	f.add("p1", eu, 5, verdict.Healthy, 10)
+	f.add("p2", eu, 5, verdict.Unhealthy, 0)
+	f.add("p3", map[string]string{"geo": "us"}, 0, verdict.Healthy, 30)
+	f.add("p4", nil, 1, verdict.Unknown, 0)
 	f.do(t, "POST", "/v1/leases", discToken, `{"selector":{"geo":"eu"}}`)
 
 	p1 := client.Proxy{ID: "crawl/p1", IP: "10.1.0.1", Port: 3128, Attributes: eu, Phase: "Ready", Healthy: true, LatencyMillis: 10, ActiveLeases: 1, MaxLeases: 5}
@@ -239,7 +239,7 @@ func TestDiscoveryList(t *testing.T) {
 // leasing waits.
 func TestDiscoveryWarmup(t *testing.T) {
 	f := newDiscFixture(t, discOpts{token: discToken, warmup: 90 * time.Second})
-	f.add("p1", nil, 5, lifecycle.HealthHealthy, 10)
+	f.add("p1", nil, 5, verdict.Healthy, 10)
 	f.clock.Advance(30 * time.Second)
 
 	r := f.do(t, "GET", "/v1/proxies", discToken, "")
@@ -266,8 +266,8 @@ func TestDiscoveryWarmup(t *testing.T) {
 
 func TestDiscoveryLeaseLifecycle(t *testing.T) {
 	f := newDiscFixture(t, discOpts{token: discToken})
-	f.add("p1", nil, 5, lifecycle.HealthHealthy, 10)
-	f.add("p2", nil, 5, lifecycle.HealthHealthy, 20)
+	f.add("p1", nil, 5, verdict.Healthy, 10)
+	f.add("p2", nil, 5, verdict.Healthy, 20)
 
 	r := f.do(t, "POST", "/v1/leases", discToken, `{"ttlSeconds": 60, "target": "Example.COM"}`)
 	if r.code != 200 {
@@ -334,8 +334,8 @@ proxy_operator_lease_reports_total{result="rate_limited",source="gateway"} 0
 
 func TestDiscoverySticky(t *testing.T) {
 	f := newDiscFixture(t, discOpts{token: discToken})
-	f.add("p1", nil, 5, lifecycle.HealthHealthy, 10)
-	f.add("p2", nil, 5, lifecycle.HealthHealthy, 20)
+	f.add("p1", nil, 5, verdict.Healthy, 10)
+	f.add("p2", nil, 5, verdict.Healthy, 20)
 	lease := func(body string) string {
 		r := f.do(t, "POST", "/v1/leases", discToken, body)
 		if r.code != 200 {
@@ -349,7 +349,7 @@ func TestDiscoverySticky(t *testing.T) {
 			t.Fatalf("sticky session moved from %s to %s", first, got)
 		}
 	}
-	f.health.SetState(first, lifecycle.HealthUnhealthy, 0)
+	f.health.SetState(first, verdict.Unhealthy, 0)
 	if got := lease(`{"sessionKey": "user-42"}`); got == first {
 		t.Errorf("sticky session kept unhealthy %s", got)
 	}
@@ -359,7 +359,7 @@ func TestDiscoverySticky(t *testing.T) {
 // that lease ends; the 409 counts it apart.
 func TestDiscoveryLeasedForTarget(t *testing.T) {
 	f := newDiscFixture(t, discOpts{token: discToken})
-	f.add("p1", nil, 4, lifecycle.HealthHealthy, 10)
+	f.add("p1", nil, 4, verdict.Healthy, 10)
 	body := `{"target":"shop.example"}`
 	l := decodeAs[client.Lease](t, f.do(t, "POST", "/v1/leases", discToken, body))
 	r := f.do(t, "POST", "/v1/leases", discToken, body)
@@ -384,10 +384,10 @@ func TestDiscoveryLeasedForTarget(t *testing.T) {
 func TestDiscoveryConflict(t *testing.T) {
 	f := newDiscFixture(t, discOpts{token: discToken})
 	eu := map[string]string{"geo": "eu"}
-	f.add("p1", eu, 1, lifecycle.HealthHealthy, 10)
-	f.add("p2", eu, 2, lifecycle.HealthUnhealthy, 0)
-	f.add("p3", eu, 2, lifecycle.HealthHealthy, 10)
-	f.add("p4", map[string]string{"geo": "us"}, 2, lifecycle.HealthHealthy, 10)
+	f.add("p1", eu, 1, verdict.Healthy, 10)
+	f.add("p2", eu, 2, verdict.Unhealthy, 0)
+	f.add("p3", eu, 2, verdict.Healthy, 10)
+	f.add("p4", map[string]string{"geo": "us"}, 2, verdict.Healthy, 10)
 	l1 := decodeAs[client.Lease](t, f.do(t, "POST", "/v1/leases", discToken, `{"selector":{"geo":"eu"}}`))
 	l3 := decodeAs[client.Lease](t, f.do(t, "POST", "/v1/leases", discToken, `{"selector":{"geo":"eu"}}`))
 	if l1.Proxy.ID != "crawl/p1" || l3.Proxy.ID != "crawl/p3" {
@@ -469,8 +469,8 @@ func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 // nothing: no lease, no cooldown, no counter.
 func TestDiscoveryBadInput(t *testing.T) {
 	f := newDiscFixture(t, discOpts{token: discToken})
-	f.add("p1", nil, 5, lifecycle.HealthHealthy, 10)
-	f.add("p2", nil, 5, lifecycle.HealthHealthy, 20)
+	f.add("p1", nil, 5, verdict.Healthy, 10)
+	f.add("p2", nil, 5, verdict.Healthy, 20)
 	held := decodeAs[client.Lease](t, f.do(t, "POST", "/v1/leases", discToken, `{}`))
 	if held.Proxy.ID != "crawl/p1" {
 		t.Fatalf("setup lease on %s", held.Proxy.ID)

@@ -13,7 +13,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/internal/clocktest"
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
 	"github.com/proxy-operator/proxy-operator/internal/healthtest"
-	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 	"github.com/proxy-operator/proxy-operator/lease"
 	"github.com/proxy-operator/proxy-operator/server/discovery"
 	"github.com/proxy-operator/proxy-operator/server/discovery/access"
@@ -42,7 +42,7 @@ func scopedFixture(t *testing.T) (*discFixture, *prometheus.Registry) {
 	t.Cleanup(f.srv.Close)
 	for _, key := range []string{"team-a/p1", "team-b/p1"} {
 		f.view.Upsert(fleet.Proxy{Key: key, UID: key, IP: "10.0.0.1", Port: 3128, Attributes: map[string]string{"geo": "eu"}, MaxLeases: 10, Phase: "Ready"})
-		f.health.SetState(key, lifecycle.HealthHealthy, 10)
+		f.health.SetState(key, verdict.Healthy, 10)
 	}
 	return f, reg
 }
@@ -148,7 +148,7 @@ func TestLeasesPerToken(t *testing.T) {
 	f.srv = httptest.NewServer(d.Handler())
 	t.Cleanup(f.srv.Close)
 	f.view.Upsert(fleet.Proxy{Key: "team-a/p1", UID: "p1", IP: "10.0.0.1", Port: 3128, MaxLeases: 10, Phase: "Ready"})
-	f.health.SetState("team-a/p1", lifecycle.HealthHealthy, 10)
+	f.health.SetState("team-a/p1", verdict.Healthy, 10)
 
 	const team = "tok-team-a-0123456789"
 	for i := range 2 {
@@ -187,7 +187,7 @@ func TestFairSharesHoldWhateverTheScope(t *testing.T) {
 	f.srv = httptest.NewServer(d.Handler())
 	t.Cleanup(f.srv.Close)
 	f.view.Upsert(fleet.Proxy{Key: "team-a/p1", UID: "p1", IP: "10.0.0.1", Port: 3128, MaxLeases: 4, Phase: "Ready"})
-	f.health.SetState("team-a/p1", lifecycle.HealthHealthy, 10)
+	f.health.SetState("team-a/p1", verdict.Healthy, 10)
 
 	const admin, team = "tok-admin-0123456789", "tok-team-a-0123456789"
 	for i := range 2 {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/proxy-operator/proxy-operator/client"
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
-	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 	"github.com/proxy-operator/proxy-operator/lease"
 	"github.com/proxy-operator/proxy-operator/server/httpx"
 )
@@ -20,7 +20,7 @@ import (
 // encoders need not.
 
 // toProxyJSON is one proxy as crawlers see it.
-func toProxyJSON(p fleet.Proxy, h lifecycle.Health, active int) client.Proxy {
+func toProxyJSON(p fleet.Proxy, h verdict.Health, active int) client.Proxy {
 	attrs := p.Attributes
 	if attrs == nil {
 		attrs = map[string]string{}

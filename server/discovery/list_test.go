@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/proxy-operator/proxy-operator/client"
-	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 )
 
 // TestDiscoveryListPages: limit and continue walk the list in id order, every proxy once;
@@ -15,7 +15,7 @@ func TestDiscoveryListPages(t *testing.T) {
 	f := newDiscFixture(t, discOpts{token: discToken})
 	const n = 1203
 	for i := range n {
-		f.add(fmt.Sprintf("p%04d", i), map[string]string{"geo": []string{"eu", "us"}[i%2]}, 1, lifecycle.HealthHealthy, 1)
+		f.add(fmt.Sprintf("p%04d", i), map[string]string{"geo": []string{"eu", "us"}[i%2]}, 1, verdict.Healthy, 1)
 	}
 	walk := func(query string) (pages []int, ids []string) {
 		t.Helper()
@@ -81,7 +81,7 @@ func TestDiscoveryListPagesBySize(t *testing.T) {
 		attrs[fmt.Sprintf("k%02d", i)] = strings.Repeat("v", 256)
 	}
 	for i := range 600 {
-		f.add(fmt.Sprintf("p%04d", i), attrs, 1, lifecycle.HealthHealthy, 1)
+		f.add(fmt.Sprintf("p%04d", i), attrs, 1, verdict.Healthy, 1)
 	}
 	r := f.do(t, "GET", "/v1/proxies?limit=1000", discToken, "")
 	l := decodeAs[client.ProxyList](t, r)

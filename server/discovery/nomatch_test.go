@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/proxy-operator/proxy-operator/client"
-	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 )
 
 // noMatchWhen is the part of a 409 body that says when to come back.
@@ -27,7 +27,7 @@ type noMatchWhen struct {
 // counted by its reason, and every answer by route and status.
 func TestDiscoveryConflictSaysWhen(t *testing.T) {
 	f := newDiscFixture(t, discOpts{token: discToken})
-	f.add("p1", nil, 4, lifecycle.HealthHealthy, 10)
+	f.add("p1", nil, 4, verdict.Healthy, 10)
 	now := f.clock.Now()
 	at := func(d time.Duration) *time.Time { v := now.Add(d).UTC(); return &v }
 	body := `{"target":"shop.example","ttlSeconds":300}`
@@ -127,7 +127,7 @@ var ignoreWhen = cmpopts.IgnoreFields(client.ErrorBody{}, "AvailableAt", "RetryA
 // (gateway.TestCoolingRefusalSaysTheTrueTime): issue 31's refusal said 10 s through the gateway.
 func TestDayLongCooldownSaysTheTrueTime(t *testing.T) {
 	f := newDiscFixture(t, discOpts{token: discToken})
-	f.add("p1", nil, 4, lifecycle.HealthHealthy, 10)
+	f.add("p1", nil, 4, verdict.Healthy, 10)
 	end := f.clock.Now().Add(24 * time.Hour).UTC()
 	body := `{"target":"shop.example","ttlSeconds":300}`
 	l := decodeAs[client.Lease](t, f.do(t, "POST", "/v1/leases", discToken, body))

@@ -16,8 +16,8 @@ import (
 	"github.com/proxy-operator/proxy-operator/client"
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
 	"github.com/proxy-operator/proxy-operator/internal/healthtest"
-	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
 	"github.com/proxy-operator/proxy-operator/internal/redistest"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 	"github.com/proxy-operator/proxy-operator/lease/redisstore"
 	"github.com/proxy-operator/proxy-operator/server/discovery"
 )
@@ -42,7 +42,7 @@ func TestDiscoveryOnRedis(t *testing.T) {
 	health := &healthtest.Map{}
 	for _, k := range []string{"crawl/a", "crawl/b"} {
 		view.Upsert(fleet.Proxy{Key: k, IP: "10.0.0.1", Port: 3128, MaxLeases: 2, Attributes: map[string]string{"geo": "eu"}})
-		health.Set(k, lifecycle.Health{State: lifecycle.HealthHealthy, LatencyMillis: 10})
+		health.Set(k, verdict.Health{State: verdict.Healthy, LatencyMillis: 10})
 	}
 	ctx := context.Background()
 	if err := redisstore.NewPublisher(redisstore.PublisherConfig{Store: store, Fleet: view, Health: health}).Sync(ctx); err != nil {

@@ -16,7 +16,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/internal/clocktest"
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
 	"github.com/proxy-operator/proxy-operator/internal/healthtest"
-	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 	"github.com/proxy-operator/proxy-operator/lease"
 	"github.com/proxy-operator/proxy-operator/server/discovery"
 	"github.com/proxy-operator/proxy-operator/server/discovery/access"
@@ -34,7 +34,7 @@ func TestSites(t *testing.T) {
 	view, h := fleet.New(clock.Now, 0), &healthtest.Map{}
 	for _, k := range []string{"a/p1", "b/p2"} {
 		view.Upsert(fleet.Proxy{Key: k, UID: k, IP: "10.1.0.1", Port: 3128, MaxLeases: 5, Phase: "Ready"})
-		h.SetState(k, lifecycle.HealthHealthy, 10)
+		h.SetState(k, verdict.Healthy, 10)
 	}
 	store := lease.NewMemory(lease.Config{Fleet: view, Health: h, Now: clock.Now})
 	ctx := context.Background()

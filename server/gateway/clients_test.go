@@ -21,8 +21,8 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
-	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
 	"github.com/proxy-operator/proxy-operator/internal/squidtest"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 	"github.com/proxy-operator/proxy-operator/providers"
 	"github.com/proxy-operator/proxy-operator/server/gateway"
 )
@@ -218,7 +218,7 @@ func TestRealSquidUpstreamWithBasicAuth(t *testing.T) {
 	p, _ := strconv.Atoi(port)
 	e.view.Upsert(fleet.Proxy{Key: "crawl/squid", UID: "squid", IP: host, Port: int32(p), MaxLeases: 10, Phase: "Ready",
 		Attributes: map[string]string{"pool": "squid"}, Credentials: &providers.Credentials{Username: "gw", Password: "squid-secret"}})
-	e.health.SetState("crawl/squid", lifecycle.HealthHealthy, 5)
+	e.health.SetState("crawl/squid", verdict.Healthy, 5)
 	var limited bool
 	s := newSite(t, func(w http.ResponseWriter, r *http.Request, from string) {
 		if limited {

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 	"github.com/proxy-operator/proxy-operator/lease"
 	"github.com/proxy-operator/proxy-operator/server/gateway"
 	"github.com/proxy-operator/proxy-operator/server/httpx"
@@ -153,7 +153,7 @@ func rawProxy(t testing.TB, gw, method, siteAddr, auth string) (int, string, str
 
 func TestRateLimitRetriesOnAnotherUpstreamAndCoolsOnlyIt(t *testing.T) {
 	e := newEnv(t, 2, nil)
-	e.health.SetState("crawl/p1", lifecycle.HealthHealthy, 1) // the first choice
+	e.health.SetState("crawl/p1", verdict.Healthy, 1) // the first choice
 	limited := e.ups["crawl/p1"]
 	s := newSite(t, func(w http.ResponseWriter, r *http.Request, from string) {
 		if from == limited {
@@ -253,7 +253,7 @@ rules:
 		t.Fatal(err)
 	}
 	e := newEnv(t, 2, func(g *gateway.Gateway) { g.Rules = rules })
-	e.health.SetState("crawl/p1", lifecycle.HealthHealthy, 1)
+	e.health.SetState("crawl/p1", verdict.Healthy, 1)
 	banned := e.ups["crawl/p1"]
 	var bodies []string
 	s := newSite(t, func(w http.ResponseWriter, r *http.Request, from string) {
@@ -369,7 +369,7 @@ func TestConcurrentRequestsOfASessionShareOneUpstream(t *testing.T) {
 func TestNothingFitsIs503WithRetryAfter(t *testing.T) {
 	e := newEnv(t, 2, func(g *gateway.Gateway) { g.AcquireWait = time.Millisecond })
 	for _, k := range []string{"crawl/p1", "crawl/p2"} {
-		e.health.SetState(k, lifecycle.HealthUnhealthy, 0)
+		e.health.SetState(k, verdict.Unhealthy, 0)
 	}
 	s := newSite(t, nil)
 	resp, body := get(t, e.client("pool-web", token), s.url("/"))
@@ -446,7 +446,7 @@ func TestConnectTunnelToTLSSiteHoldsLeaseForItsLife(t *testing.T) {
 
 func TestConnectRetriesWhenAnUpstreamRefuses(t *testing.T) {
 	e := newEnv(t, 2, nil)
-	e.health.SetState("crawl/p1", lifecycle.HealthHealthy, 1)
+	e.health.SetState("crawl/p1", verdict.Healthy, 1)
 	// p1's record carries a wrong password: the upstream answers 407 to the gateway's CONNECT.
 	p, _ := e.view.Get("crawl/p1")
 	p.Credentials = upstreamCreds("wrong")

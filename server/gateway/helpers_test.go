@@ -19,9 +19,9 @@ import (
 
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
 	"github.com/proxy-operator/proxy-operator/internal/healthtest"
-	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
 	"github.com/proxy-operator/proxy-operator/internal/logtest"
 	"github.com/proxy-operator/proxy-operator/internal/netpolicy"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 	"github.com/proxy-operator/proxy-operator/lease"
 	"github.com/proxy-operator/proxy-operator/providers"
 	"github.com/proxy-operator/proxy-operator/providers/mock"
@@ -136,7 +136,7 @@ func (e *env) addUpstream(t testing.TB, key, ip string, attrs map[string]string,
 	p, _ := strconv.Atoi(port)
 	e.view.Upsert(fleet.Proxy{Key: key, UID: key, IP: host, Port: int32(p), Attributes: attrs, MaxLeases: maxLeases,
 		Phase: "Ready", Credentials: creds})
-	e.health.SetState(key, lifecycle.HealthHealthy, 10)
+	e.health.SetState(key, verdict.Healthy, 10)
 	e.ups[key] = host
 }
 

@@ -12,7 +12,7 @@ import (
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
 	"github.com/proxy-operator/proxy-operator/internal/healthtest"
-	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 	"github.com/proxy-operator/proxy-operator/metacontroller"
 	"github.com/proxy-operator/proxy-operator/providers"
 	"github.com/proxy-operator/proxy-operator/providers/mock"
@@ -52,7 +52,7 @@ func readyHooks(b *testing.B, c replay.Case) *hooks.Hooks {
 	mp.Seed(c.State.Instances...)
 	hm := &healthtest.Map{}
 	for k, v := range c.State.Health {
-		hm.Set(k, lifecycle.Health{State: v.State, LatencyMillis: v.LatencyMillis, Since: v.Since, Reason: v.Reason})
+		hm.Set(k, verdict.Health{State: v.State, LatencyMillis: v.LatencyMillis, Since: v.Since, Reason: v.Reason})
 	}
 	return &hooks.Hooks{
 		Providers: providers.NewSet(providers.Entry{Name: "mock", Type: "mock", Provider: mp}),

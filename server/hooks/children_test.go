@@ -21,6 +21,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
 	"github.com/proxy-operator/proxy-operator/internal/healthtest"
 	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 	"github.com/proxy-operator/proxy-operator/providers"
 	"github.com/proxy-operator/proxy-operator/providers/credentials"
 	"github.com/proxy-operator/proxy-operator/providers/kubernetes"
@@ -331,7 +332,7 @@ func TestKubernetesPodLifecycle(t *testing.T) {
 
 			// running: the Ready Pod's address is the proxy's.
 			m.run(podA, "10.244.1.7")
-			health.SetDefault(lifecycle.Health{State: lifecycle.HealthHealthy, LatencyMillis: 12, Since: now.Add(-5 * time.Second)})
+			health.SetDefault(verdict.Health{State: verdict.Healthy, LatencyMillis: 12, Since: now.Add(-5 * time.Second)})
 			a = m.sync("running")
 			if got, want := [3]string{statusString(a, "phase"), statusString(a, "ip"), provisionedReason(a)}, [3]string{"Ready", "10.244.1.7", lifecycle.ReasonRunning}; got != want {
 				t.Errorf("running: phase, ip, reason = %v, want %v", got, want)
@@ -348,7 +349,7 @@ func TestKubernetesPodLifecycle(t *testing.T) {
 			// then the new one is returned.
 			m.parent["spec"] = podSpec(3129)
 			m.parent["metadata"].(map[string]any)["generation"] = 2
-			health.SetDefault(lifecycle.Health{State: lifecycle.HealthUnknown})
+			health.SetDefault(verdict.Health{State: verdict.Unknown})
 			a = m.sync("replaced")
 			if got := childNames(a); len(got) != 0 {
 				t.Errorf("replaced: children %v, want none (the old Pod dropped)", got)
@@ -578,7 +579,7 @@ func fixtureWriter(t *testing.T, now *time.Time, health *healthtest.Map) func(st
 			t.Fatal(err)
 		}
 		st := replay.State{Now: *now, Provider: podProvider, ProviderType: "kubernetes"}
-		if h := health.Health("crawl/edge-pod"); h.State == lifecycle.HealthHealthy {
+		if h := health.Health("crawl/edge-pod"); h.State == verdict.Healthy {
 			st.Health = map[string]replay.Health{"crawl/edge-pod": {State: h.State, LatencyMillis: h.LatencyMillis, Since: h.Since}}
 		}
 		sb, _ := json.MarshalIndent(st, "", "  ")

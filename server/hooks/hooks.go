@@ -27,8 +27,8 @@ import (
 	"github.com/proxy-operator/proxy-operator/internal/events"
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
 	"github.com/proxy-operator/proxy-operator/internal/kube/parents"
-	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
 	"github.com/proxy-operator/proxy-operator/internal/netpolicy"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 	"github.com/proxy-operator/proxy-operator/providers"
 	"github.com/proxy-operator/proxy-operator/server/hooks/membudget"
 	"github.com/proxy-operator/proxy-operator/server/hooks/poolhook"
@@ -37,7 +37,7 @@ import (
 
 // HealthSource is the prober's verdict on a proxy, by namespace/name.
 type HealthSource interface {
-	Health(key string) lifecycle.Health
+	Health(key string) verdict.Health
 }
 
 // Defaults for Hooks fields left zero.
@@ -209,8 +209,8 @@ func (h *Hooks) init() {
 
 type unknownHealth struct{}
 
-func (unknownHealth) Health(string) lifecycle.Health {
-	return lifecycle.Health{State: lifecycle.HealthUnknown}
+func (unknownHealth) Health(string) verdict.Health {
+	return verdict.Health{State: verdict.Unknown}
 }
 
 // Handler returns the hook router. It is built (and the metrics registered) on the first

@@ -15,6 +15,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
 	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
 	"github.com/proxy-operator/proxy-operator/internal/netpolicy"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 	"github.com/proxy-operator/proxy-operator/metacontroller"
 	"github.com/proxy-operator/proxy-operator/providers"
 	"github.com/proxy-operator/proxy-operator/providers/credentials"
@@ -121,7 +122,7 @@ func (h *Hooks) inputFor(ctx context.Context, log *slog.Logger, req *metacontrol
 	}
 	key := p.Key()
 	in.Health = h.Health.Health(key)
-	if in.Health.State == lifecycle.HealthUnknown && h.Fleet != nil {
+	if in.Health.State == verdict.Unknown && h.Fleet != nil {
 		// First sync since a restart: the prober has not met this proxy yet. Keep what status
 		// recorded rather than flap the fleet to Unknown.
 		if _, seen := h.Fleet.Get(key); !seen {

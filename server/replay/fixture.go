@@ -17,7 +17,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 	"github.com/proxy-operator/proxy-operator/providers"
 	"github.com/proxy-operator/proxy-operator/providers/mock"
 	"github.com/proxy-operator/proxy-operator/server/hooks"
@@ -67,19 +67,19 @@ type State struct {
 	Denied  map[string]int64 `json:"denied,omitempty"`
 }
 
-// Health is lifecycle.Health with a JSON form.
+// Health is verdict.Health with a JSON form.
 type Health struct {
-	State         lifecycle.HealthState `json:"state"`
-	LatencyMillis int64                 `json:"latencyMillis,omitempty"`
-	Since         time.Time             `json:"since,omitzero"`
-	Reason        string                `json:"reason,omitempty"`
+	State         verdict.State `json:"state"`
+	LatencyMillis int64         `json:"latencyMillis,omitempty"`
+	Since         time.Time     `json:"since,omitzero"`
+	Reason        string        `json:"reason,omitempty"`
 }
 
-func (h Health) lifecycle() lifecycle.Health {
-	return lifecycle.Health{State: h.State, LatencyMillis: h.LatencyMillis, Since: h.Since, Reason: h.Reason}
+func (h Health) lifecycle() verdict.Health {
+	return verdict.Health{State: h.State, LatencyMillis: h.LatencyMillis, Since: h.Since, Reason: h.Reason}
 }
 
-func healthOf(h lifecycle.Health) Health {
+func healthOf(h verdict.Health) Health {
 	return Health{State: h.State, LatencyMillis: h.LatencyMillis, Since: h.Since.UTC(), Reason: h.Reason}
 }
 

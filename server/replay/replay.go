@@ -15,7 +15,7 @@ import (
 
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
-	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 	"github.com/proxy-operator/proxy-operator/lease"
 	"github.com/proxy-operator/proxy-operator/providers"
 	"github.com/proxy-operator/proxy-operator/providers/credentials"
@@ -35,11 +35,11 @@ type Result struct {
 // healthMap is the fake prober of a fixture.
 type healthMap map[string]Health
 
-func (m healthMap) Health(key string) lifecycle.Health {
+func (m healthMap) Health(key string) verdict.Health {
 	if h, ok := m[key]; ok {
 		return h.lifecycle()
 	}
-	return lifecycle.Health{State: lifecycle.HealthUnknown}
+	return verdict.Health{State: verdict.Unknown}
 }
 
 // Run replays c through a fresh hooks.Hooks router whose mock provider is seeded from

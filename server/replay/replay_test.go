@@ -17,6 +17,7 @@ import (
 
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 	"github.com/proxy-operator/proxy-operator/lease"
 	"github.com/proxy-operator/proxy-operator/providers"
 	"github.com/proxy-operator/proxy-operator/server/hooks"
@@ -111,7 +112,7 @@ func TestRecorderWritesAReplayableCase(t *testing.T) {
 		ProviderType: "mock",
 		Input: lifecycle.Input{
 			Proxy: &v1.Proxy{Spec: v1.ProxySpec{Provider: "mock"}}, ProviderKnown: true, Instance: &inst,
-			Health:     lifecycle.Health{State: h.State, LatencyMillis: h.LatencyMillis, Since: h.Since},
+			Health:     verdict.Health{State: h.State, LatencyMillis: h.LatencyMillis, Since: h.Since},
 			ObserveErr: providers.Wrap(providers.ErrTransient, "mock get", nil),
 		},
 	})
@@ -154,7 +155,7 @@ func TestRecorderCapturesPodTraffic(t *testing.T) {
 		ProviderType: "kubernetes",
 		Input: lifecycle.Input{
 			Proxy: &v1.Proxy{Spec: v1.ProxySpec{Provider: src.State.Provider}}, ProviderKnown: true,
-			Health: lifecycle.Health{State: h.State, LatencyMillis: h.LatencyMillis, Since: h.Since},
+			Health: verdict.Health{State: h.State, LatencyMillis: h.LatencyMillis, Since: h.Since},
 		},
 	})
 	cases, err := replay.LoadAll(root)

@@ -14,7 +14,7 @@ import (
 
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
-	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 	"github.com/proxy-operator/proxy-operator/metacontroller/driver"
 	"github.com/proxy-operator/proxy-operator/providers/factory"
 	"github.com/proxy-operator/proxy-operator/providers/mock"
@@ -52,7 +52,7 @@ type Operator struct {
 	GatewayAddr string
 	Token       string
 	View        *fleet.View
-	health      interface{ Health(string) lifecycle.Health }
+	health      interface{ Health(string) verdict.Health }
 	cancel      context.CancelFunc
 	done        chan error
 }
@@ -149,7 +149,7 @@ func StartOperator(ctx context.Context, cfg OperatorConfig) (*Operator, error) {
 // (metacontroller/driver: statuses written back, children applied, resyncs as asked) on a
 // clock that follows real time, until every proxy is Ready and probed healthy.
 func playMetacontroller(ctx context.Context, hookURL, probeURL string, cfg OperatorConfig, h interface {
-	Health(string) lifecycle.Health
+	Health(string) verdict.Health
 }) error {
 	d := &driver.Driver{URL: hookURL, Clock: driver.NewClock(time.Now()), ResyncPeriod: 120 * time.Second}
 	maxLeases := int32(cfg.MaxLeases)
@@ -173,7 +173,7 @@ func playMetacontroller(ctx context.Context, hookURL, probeURL string, cfg Opera
 		ready := 0
 		for i := range cfg.Proxies {
 			key := fmt.Sprintf("%s/px-%02d", ns, i)
-			if st, _ := d.Status(key); st.Phase == v1.PhaseReady && h.Health(key).State == lifecycle.HealthHealthy {
+			if st, _ := d.Status(key); st.Phase == v1.PhaseReady && h.Health(key).State == verdict.Healthy {
 				ready++
 			}
 		}

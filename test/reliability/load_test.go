@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 	"github.com/proxy-operator/proxy-operator/lease"
 )
 
@@ -122,16 +122,16 @@ func (tr *transitions) Handle(_ context.Context, r slog.Record) error {
 func (tr *transitions) healthyAt(key string, t time.Time) bool {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
-	state := string(lifecycle.HealthUnknown)
+	state := string(verdict.Unknown)
 	for _, x := range tr.log[key] {
 		switch {
 		case !x.at.After(t.Add(-healthSlack)):
 			state = x.state
-		case !x.at.After(t) && x.state == string(lifecycle.HealthHealthy):
+		case !x.at.After(t) && x.state == string(verdict.Healthy):
 			return true
 		}
 	}
-	return state == string(lifecycle.HealthHealthy)
+	return state == string(verdict.Healthy)
 }
 
 // latencies collects request durations by operation.
@@ -339,7 +339,7 @@ func TestLoad(t *testing.T) {
 		ready := 0
 		for _, p := range fleet {
 			sync1(p, "sync", false)
-			if op.sched.Health("crawl/"+p.name).State == lifecycle.HealthHealthy {
+			if op.sched.Health("crawl/"+p.name).State == verdict.Healthy {
 				ready++
 			}
 		}

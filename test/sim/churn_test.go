@@ -12,7 +12,7 @@ import (
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/health"
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
-	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 	"github.com/proxy-operator/proxy-operator/metacontroller/driver"
 	"github.com/proxy-operator/proxy-operator/providers"
 	"github.com/proxy-operator/proxy-operator/providers/mock"
@@ -28,16 +28,16 @@ import (
 // jittering by 10x, which status ignores between transitions (decision 0170).
 type flapHealth struct {
 	mu    sync.Mutex
-	state map[string]lifecycle.Health
+	state map[string]verdict.Health
 	rng   *rand.Rand
 }
 
-func (f *flapHealth) Health(key string) lifecycle.Health {
+func (f *flapHealth) Health(key string) verdict.Health {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	h, ok := f.state[key]
 	if !ok {
-		h = lifecycle.Health{State: lifecycle.HealthHealthy, Since: start}
+		h = verdict.Health{State: verdict.Healthy, Since: start}
 	}
 	h.LatencyMillis = 4 + f.rng.Int64N(37) // 4..40 ms
 	return h
@@ -49,13 +49,13 @@ func (f *flapHealth) flip(key string, now time.Time) {
 	defer f.mu.Unlock()
 	h, ok := f.state[key]
 	if !ok {
-		h = lifecycle.Health{State: lifecycle.HealthHealthy, Since: start}
+		h = verdict.Health{State: verdict.Healthy, Since: start}
 	}
 	h.Since = now
-	if h.State == lifecycle.HealthHealthy {
-		h.State, h.Reason = lifecycle.HealthUnhealthy, "timeout"
+	if h.State == verdict.Healthy {
+		h.State, h.Reason = verdict.Unhealthy, "timeout"
 	} else {
-		h.State, h.Reason = lifecycle.HealthHealthy, ""
+		h.State, h.Reason = verdict.Healthy, ""
 	}
 	f.state[key] = h
 }
@@ -77,7 +77,7 @@ func TestStatusWritesUnderChurn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := &flapHealth{state: map[string]lifecycle.Health{}, rng: rand.New(rand.NewPCG(7, 7))}
+	hs := &flapHealth{state: map[string]verdict.Health{}, rng: rand.New(rand.NewPCG(7, 7))}
 	h := &hooks.Hooks{
 		Providers: providers.NewSet(providers.Entry{Name: "mock", Type: "mock", Provider: cloud}),
 		Fleet:     fleet.New(clock.Now, time.Minute),

@@ -22,6 +22,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
 	"github.com/proxy-operator/proxy-operator/internal/gc"
 	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 	"github.com/proxy-operator/proxy-operator/metacontroller"
 	"github.com/proxy-operator/proxy-operator/metacontroller/driver"
 	"github.com/proxy-operator/proxy-operator/providers"
@@ -80,8 +81,8 @@ func (o *operator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // alwaysHealthy is a prober that finds every proxy with an address healthy.
 type alwaysHealthy struct{ since time.Time }
 
-func (a alwaysHealthy) Health(string) lifecycle.Health {
-	return lifecycle.Health{State: lifecycle.HealthHealthy, LatencyMillis: 40, Since: a.since}
+func (a alwaysHealthy) Health(string) verdict.Health {
+	return verdict.Health{State: verdict.Healthy, LatencyMillis: 40, Since: a.since}
 }
 
 // crashStats adds up what the schedules exercised, so a run that silently stopped killing or
@@ -721,7 +722,7 @@ func TestCrashSafety(t *testing.T) {
 func TestPermanentCreateErrorAfterLostStatusWrite(t *testing.T) {
 	e := newEnv(t)
 	p := managed("edge-1", "local-a")
-	e.health.set(p.Key(), lifecycle.HealthHealthy, start)
+	e.health.set(p.Key(), verdict.Healthy, start)
 	dropped := false
 	e.d.BeforeApply = func(key string, resp *metacontroller.SyncResponse) bool {
 		if !dropped && len(e.mock.Instances()) == 1 {

@@ -15,6 +15,7 @@ import (
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
 	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 	"github.com/proxy-operator/proxy-operator/metacontroller"
 	"github.com/proxy-operator/proxy-operator/metacontroller/driver"
 	"github.com/proxy-operator/proxy-operator/providers"
@@ -27,25 +28,25 @@ var start = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 // fakeHealth is the prober's verdict, set by the test.
 type fakeHealth struct {
 	mu sync.Mutex
-	m  map[string]lifecycle.Health
+	m  map[string]verdict.Health
 }
 
-func (f *fakeHealth) Health(key string) lifecycle.Health {
+func (f *fakeHealth) Health(key string) verdict.Health {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if h, ok := f.m[key]; ok {
 		return h
 	}
-	return lifecycle.Health{State: lifecycle.HealthUnknown}
+	return verdict.Health{State: verdict.Unknown}
 }
 
-func (f *fakeHealth) set(key string, s lifecycle.HealthState, since time.Time) {
+func (f *fakeHealth) set(key string, s verdict.State, since time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.m == nil {
-		f.m = map[string]lifecycle.Health{}
+		f.m = map[string]verdict.Health{}
 	}
-	f.m[key] = lifecycle.Health{State: s, LatencyMillis: 40, Since: since}
+	f.m[key] = verdict.Health{State: s, LatencyMillis: 40, Since: since}
 }
 
 type env struct {
@@ -102,7 +103,7 @@ func (e *env) ready(key string) func() bool {
 
 func (e *env) mustReady(t *testing.T, p *v1.Proxy) {
 	t.Helper()
-	e.health.set(p.Key(), lifecycle.HealthHealthy, e.d.Clock.Now())
+	e.health.set(p.Key(), verdict.Healthy, e.d.Clock.Now())
 	if err := e.d.Apply(p); err != nil {
 		t.Fatal(err)
 	}
@@ -223,14 +224,14 @@ func TestExternalReadyWhenHealthPasses(t *testing.T) {
 	if st.Phase != v1.PhasePending || st.IP != "127.0.0.1" {
 		t.Fatalf("before a verdict: phase %s ip %q, want Pending 127.0.0.1", st.Phase, st.IP)
 	}
-	e.health.set(p.Key(), lifecycle.HealthHealthy, e.d.Clock.Now())
+	e.health.set(p.Key(), verdict.Healthy, e.d.Clock.Now())
 	if err := e.d.RunUntil(e.ready(p.Key()), time.Minute); err != nil {
 		t.Fatalf("External not Ready within a minute of a passing probe: %v", err)
 	}
 	if calls := e.mock.Calls(); len(calls) != 0 {
 		t.Errorf("External proxy made provider calls %v", calls)
 	}
-	e.health.set(p.Key(), lifecycle.HealthUnhealthy, e.d.Clock.Now())
+	e.health.set(p.Key(), verdict.Unhealthy, e.d.Clock.Now())
 	unhealthy := func() bool { st, _ := e.d.Status(p.Key()); return st.Phase == v1.PhaseUnhealthy }
 	if err := e.d.RunUntil(unhealthy, time.Minute); err != nil {
 		t.Fatalf("External not Unhealthy within a minute of a failing probe: %v", err)
@@ -277,7 +278,7 @@ func TestQuotaSlowsResync(t *testing.T) {
 	if got := creates(); got != 1 {
 		t.Errorf("create retried within 299 s of a quota error (%d calls)", got)
 	}
-	e.health.set(p.Key(), lifecycle.HealthHealthy, e.d.Clock.Now())
+	e.health.set(p.Key(), verdict.Healthy, e.d.Clock.Now())
 	if err := e.d.RunUntil(e.ready(p.Key()), 10*time.Minute); err != nil {
 		t.Fatalf("not Ready once quota freed: %v", err)
 	}
@@ -431,7 +432,7 @@ func TestTransientBacksOff(t *testing.T) {
 func TestRestartBetweenCreateAndStatusWrite(t *testing.T) {
 	e := newEnv(t)
 	p := managed("edge-1", "local-a")
-	e.health.set(p.Key(), lifecycle.HealthHealthy, start)
+	e.health.set(p.Key(), verdict.Healthy, start)
 	dropped := 0
 	e.d.BeforeApply = func(key string, resp *metacontroller.SyncResponse) bool {
 		b, _ := json.Marshal(resp.Status)

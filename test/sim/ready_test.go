@@ -11,7 +11,7 @@ import (
 
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/health/mark"
-	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 )
 
 type readyResult struct {
@@ -39,7 +39,7 @@ type readyOpts struct {
 
 func runReady(t *testing.T, n int, ms metaSettings, markerQPS float64, ro readyOpts) readyResult {
 	t.Helper()
-	e := newSimEnv(t, ms, markerQPS, lifecycle.HealthUnknown, ro.legacyMark)
+	e := newSimEnv(t, ms, markerQPS, verdict.Unknown, ro.legacyMark)
 	var mu sync.Mutex
 	var events []event
 	probed := map[string]bool{}
@@ -53,7 +53,7 @@ func runReady(t *testing.T, n int, ms metaSettings, markerQPS float64, ro readyO
 		probed[key] = true
 		offset := time.Duration(keyHash(key) % uint64(30*time.Second))
 		pushEvent(&events, event{at: e.clock.Now().Add(offset), do: func() {
-			e.health.set(key, lifecycle.HealthHealthy, e.clock.Now())
+			e.health.set(key, verdict.Healthy, e.clock.Now())
 			if e.marker != nil {
 				e.marker.Notify(key)
 			}

@@ -19,7 +19,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/health"
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
 	"github.com/proxy-operator/proxy-operator/internal/gc"
-	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 	"github.com/proxy-operator/proxy-operator/lease"
 	"github.com/proxy-operator/proxy-operator/metacontroller/driver"
 	"github.com/proxy-operator/proxy-operator/providers"
@@ -238,7 +238,7 @@ func TestRestartSafety(t *testing.T) {
 		if w := e.d.Writes() - writes; w != 0 {
 			t.Errorf("%d status writes after the restart, want 0", w)
 		}
-		if h := r.sched.Health("crawl/edge-1"); h.State != lifecycle.HealthHealthy {
+		if h := r.sched.Health("crawl/edge-1"); h.State != verdict.Healthy {
 			t.Errorf("prober verdict %v, want the recorded Healthy", h)
 		}
 	})

@@ -23,6 +23,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/internal/events"
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
 	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 	"github.com/proxy-operator/proxy-operator/metacontroller/driver"
 	"github.com/proxy-operator/proxy-operator/providers"
 	"github.com/proxy-operator/proxy-operator/providers/mock"
@@ -36,25 +37,25 @@ import (
 // simHealth is the prober's verdicts, set by the scenario.
 type simHealth struct {
 	mu    sync.Mutex
-	state map[string]lifecycle.Health
-	def   lifecycle.HealthState
+	state map[string]verdict.Health
+	def   verdict.State
 }
 
-func (s *simHealth) Health(key string) lifecycle.Health {
+func (s *simHealth) Health(key string) verdict.Health {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	h, ok := s.state[key]
 	if !ok {
-		return lifecycle.Health{State: s.def, Since: start}
+		return verdict.Health{State: s.def, Since: start}
 	}
 	return h
 }
 
-func (s *simHealth) set(key string, st lifecycle.HealthState, at time.Time) {
+func (s *simHealth) set(key string, st verdict.State, at time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	h := lifecycle.Health{State: st, Since: at, LatencyMillis: 40}
-	if st == lifecycle.HealthUnhealthy {
+	h := verdict.Health{State: st, Since: at, LatencyMillis: 40}
+	if st == verdict.Unhealthy {
 		h.Reason, h.LatencyMillis = "timeout", 0
 	}
 	s.state[key] = h
@@ -145,21 +146,21 @@ func legacyBehind(view *fleet.View, health mark.HealthSource) func(string) (stri
 			return "", false
 		}
 		live := health.Health(key).State
-		if live != lifecycle.HealthHealthy && live != lifecycle.HealthUnhealthy {
+		if live != verdict.Healthy && live != verdict.Unhealthy {
 			return "", false
 		}
 		return string(live), live != p.Recorded.State
 	}
 }
 
-func newSimEnv(t *testing.T, ms metaSettings, markerQPS float64, healthDefault lifecycle.HealthState, legacyMark ...bool) *simEnv {
+func newSimEnv(t *testing.T, ms metaSettings, markerQPS float64, healthDefault verdict.State, legacyMark ...bool) *simEnv {
 	t.Helper()
 	clock := driver.NewClock(start)
 	cloud, err := mock.New(mock.Config{}, mock.WithClock(clock.Now))
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &simEnv{events: &eventCount{n: map[string]int{}}, clock: clock, view: fleet.New(clock.Now, time.Minute), health: &simHealth{state: map[string]lifecycle.Health{}, def: healthDefault}}
+	e := &simEnv{events: &eventCount{n: map[string]int{}}, clock: clock, view: fleet.New(clock.Now, time.Minute), health: &simHealth{state: map[string]verdict.Health{}, def: healthDefault}}
 	h := &hooks.Hooks{
 		Providers:    providers.NewSet(providers.Entry{Name: "mock", Type: "mock", Provider: cloud}),
 		Fleet:        e.view,
@@ -283,7 +284,7 @@ type flapResult struct {
 // flapFor (each flips every 30-270 s), then watches a steady stretch.
 func runFlapping(t *testing.T, n int, ms metaSettings, markerQPS float64, flapFor, steadyFor time.Duration) flapResult {
 	t.Helper()
-	e := newSimEnv(t, ms, markerQPS, lifecycle.HealthHealthy)
+	e := newSimEnv(t, ms, markerQPS, verdict.Healthy)
 	keys := make([]string, n)
 	for i := range n {
 		p := external(fmt.Sprintf("ext-%05d", i))
@@ -296,7 +297,7 @@ func runFlapping(t *testing.T, n int, ms metaSettings, markerQPS float64, flapFo
 	var mu sync.Mutex
 	type pending struct {
 		at    time.Time
-		state lifecycle.HealthState
+		state verdict.State
 	}
 	waiting := map[string]pending{}
 	var lat []time.Duration
@@ -328,9 +329,9 @@ func runFlapping(t *testing.T, n int, ms metaSettings, markerQPS float64, flapFo
 		for at := begin.Add(time.Duration(rng.Int64N(int64(270 * time.Second)))); at.Before(begin.Add(flapFor)); at = at.Add(30*time.Second + time.Duration(rng.Int64N(int64(240*time.Second)))) {
 			pushEvent(&events, event{at: at, do: func() {
 				now := e.clock.Now()
-				next := lifecycle.HealthUnhealthy
-				if e.health.Health(key).State == lifecycle.HealthUnhealthy {
-					next = lifecycle.HealthHealthy
+				next := verdict.Unhealthy
+				if e.health.Health(key).State == verdict.Unhealthy {
+					next = verdict.Healthy
 				}
 				e.health.set(key, next, now)
 				st, _ := e.d.Status(key)

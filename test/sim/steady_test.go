@@ -17,7 +17,7 @@ import (
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/health"
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
-	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 	"github.com/proxy-operator/proxy-operator/metacontroller/driver"
 	"github.com/proxy-operator/proxy-operator/providers"
 	"github.com/proxy-operator/proxy-operator/providers/mock"
@@ -35,20 +35,20 @@ type jitterHealth struct {
 	reads int
 }
 
-func (j *jitterHealth) Health(key string) lifecycle.Health {
+func (j *jitterHealth) Health(key string) verdict.Health {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.reads++
-	return lifecycle.Health{State: lifecycle.HealthHealthy, Since: start, LatencyMillis: 4 + j.rng.Int64N(37),
+	return verdict.Health{State: verdict.Healthy, Since: start, LatencyMillis: 4 + j.rng.Int64N(37),
 		Exit: steadyExit(key), Band: steadyBand(key)}
 }
 
 // steadyExit and steadyBand are a proxy's exit and band in the steady fleet: fixed per key.
-func steadyExit(key string) lifecycle.Exit {
+func steadyExit(key string) verdict.Exit {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(key))
 	n := h.Sum32()
-	e := lifecycle.Exit{IP: fmt.Sprintf("198.51.%d.%d", n>>8&0xff, n&0xff), Country: "DE", ASN: 64500 + n%7}
+	e := verdict.Exit{IP: fmt.Sprintf("198.51.%d.%d", n>>8&0xff, n&0xff), Country: "DE", ASN: 64500 + n%7}
 	if n%7 == 0 {
 		e.Mismatch = "country=FR but exit " + e.IP + " is in DE"
 	}

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
-	"github.com/proxy-operator/proxy-operator/internal/lifecycle"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
 	"github.com/proxy-operator/proxy-operator/metacontroller/driver"
 	"github.com/proxy-operator/proxy-operator/providers"
 	"github.com/proxy-operator/proxy-operator/providers/mock"
@@ -75,7 +75,7 @@ func TestTLSWithToken(t *testing.T) {
 	forged := &driver.Driver{URL: url, Clock: driver.NewClock(start), ResyncPeriod: 120 * time.Second,
 		Endpoint: &driver.Endpoint{CABundle: caPEM, AuthHeader: driver.AuthHeader("Bearer", []byte("stolen-nothing-0123456789abcdef")), ServerName: service}}
 	q := managed("edge-forged", "local-a")
-	health.set(q.Key(), lifecycle.HealthHealthy, start)
+	health.set(q.Key(), verdict.Healthy, start)
 	if err := forged.Apply(q); err != nil {
 		t.Fatal(err)
 	}
