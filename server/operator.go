@@ -70,6 +70,8 @@ type Operator struct {
 	gwSrv            *http.Server // nil without -gateway-addr
 	own              []string     // every address the listeners answer on (listen)
 	gwLn             net.Listener
+	socksSrv         *gateway.SOCKSServer // nil without -gateway-socks-addr
+	socksLn          net.Listener
 	demoSrv          *http.Server // the demo site; nil without -demo-proxies and -demo-site-addr
 	demoLn           net.Listener
 	// hookCreds are the hook listener's TLS certificate and token (nil: plain HTTP, no token).
@@ -230,6 +232,12 @@ func (o *Operator) listen() (own []string, err error) {
 			return nil, fmt.Errorf("gateway listener: %w", err)
 		}
 		own = append(own, o.gwLn.Addr().String(), cfg.Gateway.Addr)
+		if cfg.Gateway.SOCKSAddr != "" {
+			if o.socksLn, err = net.Listen("tcp", cfg.Gateway.SOCKSAddr); err != nil {
+				return nil, fmt.Errorf("gateway SOCKS5 listener: %w", err)
+			}
+			own = append(own, o.socksLn.Addr().String(), cfg.Gateway.SOCKSAddr)
+		}
 	}
 	// The demo site is a crawl target, not one of the operator's own listeners: it stays out of own.
 	if cfg.Demo.Proxies > 0 && cfg.Demo.SiteAddr != "" {
@@ -452,6 +460,9 @@ func (o *Operator) buildServers(h *hooks.Hooks, disc *discovery.Discovery, token
 		memLimit, _ := membudget.Limit(o.cfg.Hooks.MemoryLimit)
 		gw.Budget = gateway.BudgetFor(memLimit)
 		o.gwSrv, o.gwLn = gw.Server(), gw.Listener(o.gwLn)
+		if o.socksLn != nil {
+			o.socksSrv = gw.SOCKSServer()
+		}
 		disc.Sites = gw // /v1/sites reads its pacer
 	}
 	return nil
@@ -535,7 +546,7 @@ func (o *Operator) close() {
 		o.events.Shutdown()
 		o.events = nil
 	}
-	for _, ln := range []net.Listener{o.hookLn, o.discLn, o.echoLn, o.gwLn} {
+	for _, ln := range []net.Listener{o.hookLn, o.discLn, o.echoLn, o.gwLn, o.socksLn} {
 		if ln != nil {
 			_ = ln.Close()
 		}
@@ -589,6 +600,14 @@ func (o *Operator) GatewayAddr() string {
 	return o.gwLn.Addr().String()
 }
 
+// GatewaySOCKSAddr is the bound address of the gateway's SOCKS5 listener ("" without one).
+func (o *Operator) GatewaySOCKSAddr() string {
+	if o.socksLn == nil {
+		return ""
+	}
+	return o.socksLn.Addr().String()
+}
+
 // Fleet is the process's fleet view.
 func (o *Operator) Fleet() *fleet.View { return o.fleet }
 
@@ -615,7 +634,7 @@ func (o *Operator) Run(ctx context.Context) error {
 	defer cancel()
 	defer o.close()
 	log := o.log
-	log.Info("listening", "hooks", o.HookAddr(), "discovery", o.DiscoveryAddr(), "gateway", o.GatewayAddr())
+	log.Info("listening", "hooks", o.HookAddr(), "discovery", o.DiscoveryAddr(), "gateway", o.GatewayAddr(), "socks", o.GatewaySOCKSAddr())
 
 	// Background loops return nil when ctx ends; an early return is a failure of the process.
 	background := []func(context.Context) error{o.sched.Run, o.store.Run, o.geo.Run}
@@ -651,6 +670,9 @@ func (o *Operator) Run(ctx context.Context) error {
 	if o.gwSrv != nil {
 		go func() { errc <- fmt.Errorf("gateway server: %w", o.gwSrv.Serve(o.gwLn)) }()
 	}
+	if o.socksSrv != nil {
+		go func() { errc <- fmt.Errorf("gateway SOCKS5 server: %w", o.socksSrv.Serve(o.socksLn)) }()
+	}
 	if o.demoSrv != nil {
 		go func() { errc <- fmt.Errorf("demo site: %w", o.demoSrv.Serve(o.demoLn)) }()
 	}
@@ -675,6 +697,9 @@ func (o *Operator) Run(ctx context.Context) error {
 	}
 	if o.gwSrv != nil {
 		stopping.Go(func() { gwErr = o.gwSrv.Shutdown(sctx) })
+	}
+	if o.socksSrv != nil {
+		stopping.Go(func() { _ = o.socksSrv.Shutdown(sctx) })
 	}
 	if o.demoSrv != nil {
 		stopping.Go(func() { _ = o.demoSrv.Shutdown(sctx) })

@@ -94,6 +94,13 @@ func (t *conns) placeLocked(c *limitConn, class int) {
 	}
 }
 
+// place files c under class (a SOCKS5 connection's, which has no http.ConnState).
+func (t *conns) place(c *limitConn, class int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.placeLocked(c, class)
+}
+
 // victimLocked takes the connection to evict out of its class: the oldest of the first
 // non-empty class.
 func (t *conns) victimLocked() *limitConn {
@@ -191,12 +198,14 @@ func (t *conns) noteLogin(r *http.Request, failed, authed bool) {
 // and buffers.
 func (g *Gateway) Listener(ln net.Listener) net.Listener {
 	g.once.Do(g.init)
-	return &limitListener{Listener: ln, g: g}
+	return &limitListener{Listener: ln, g: g, overload: overloaded}
 }
 
 type limitListener struct {
 	net.Listener
 	g *Gateway
+	// overload is written to a connection refused at the bound before it is closed ("": none).
+	overload string
 }
 
 const overloadedBody = "gateway at its connection limit; retry after the Retry-After seconds\n"
@@ -229,8 +238,10 @@ func (l *limitListener) Accept() (net.Conn, error) {
 			return lc, nil
 		}
 		l.g.m.connsRefused.Inc()
-		_ = c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
-		_, _ = io.WriteString(c, overloaded)
+		if l.overload != "" {
+			_ = c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+			_, _ = io.WriteString(c, l.overload)
+		}
 		_ = c.Close()
 	}
 }
