@@ -94,8 +94,10 @@ bench-discovery:
 
 # bench-gateway: the same clients through the gateway and straight to the same mock upstream
 # (with its credential), in one run: 64 clients of small GETs, 64 opening CONNECT tunnels, 16
-# fetching 1 MiB bodies; phases alternate twice, GATEWAY_BENCH_SECONDS each (default 3).
-## bench-gateway: gateway vs straight to the upstream (requests/s, CONNECTs/s, 1 MiB bytes/s, added p99), then one replica vs three over one Redis (about 90 s; needs redis-server)
+# fetching 1 MiB bodies; phases alternate twice, GATEWAY_BENCH_SECONDS each (default 3). Then
+# SOCKS5 against HTTP CONNECT through the same gateway (BenchmarkGatewaySOCKS: tunnels/s and an
+# idle tunnel's memory, as ratios).
+## bench-gateway: gateway vs straight to the upstream (requests/s, CONNECTs/s, 1 MiB bytes/s, added p99), one replica vs three over one Redis, SOCKS5 vs CONNECT (tunnels/s, idle memory) (about 2 minutes; needs redis-server)
 bench-gateway:
 	$(GO) test -run '^$$' -bench BenchmarkGateway -benchtime 1x -timeout 10m ./server/gateway/
 
