@@ -83,6 +83,24 @@ func runLoad(b *testing.B, clients int, d time.Duration, op func(i int) (int64, 
 	return out
 }
 
+// benchPhase is each load phase's length: GATEWAY_BENCH_SECONDS (default 3).
+func benchPhase() time.Duration {
+	secs := 3
+	if v, err := strconv.Atoi(os.Getenv("GATEWAY_BENCH_SECONDS")); err == nil && v > 0 {
+		secs = v
+	}
+	return time.Duration(secs) * time.Second
+}
+
+// benchGateway is a gateway in front of one unthrottled mock upstream (pool bench), and that
+// upstream's URL with its credential, for the same clients straight to it.
+func benchGateway(b *testing.B) (*env, *url.URL) {
+	e := newEnv(b, 0, nil)
+	e.addUpstream(b, "crawl/bench", "127.0.0.41", map[string]string{"pool": "bench"}, 10000)
+	p, _ := e.view.Get("crawl/bench")
+	return e, p.Credentials.ProxyURL(net.JoinHostPort(p.IP, strconv.Itoa(int(p.Port))))
+}
+
 // connectOnce opens a tunnel through proxy to site, fetches a small page in it and closes.
 func connectOnce(proxy *url.URL, site string) (int64, error) {
 	c, err := net.DialTimeout("tcp", proxy.Host, 10*time.Second)
@@ -116,15 +134,8 @@ func connectOnce(proxy *url.URL, site string) (int64, error) {
 // store gives one upstream to one holder per site at a time). Phases alternate, twice each.
 // make bench-gateway; GATEWAY_BENCH_SECONDS sets each phase's length (default 3).
 func BenchmarkGateway(b *testing.B) {
-	secs := 3
-	if v, err := strconv.Atoi(os.Getenv("GATEWAY_BENCH_SECONDS")); err == nil && v > 0 {
-		secs = v
-	}
-	phase := time.Duration(secs) * time.Second
-	e := newEnv(b, 0, nil)
-	e.addUpstream(b, "crawl/bench", "127.0.0.41", map[string]string{"pool": "bench"}, 10000)
-	p, _ := e.view.Get("crawl/bench")
-	upstream := p.Credentials.ProxyURL(net.JoinHostPort(p.IP, strconv.Itoa(int(p.Port))))
+	phase := benchPhase()
+	e, upstream := benchGateway(b)
 	gw := e.proxyURL("pool-bench", token)
 	big := strings.Repeat("x", 1<<20)
 	sites := make([]string, 64)
@@ -215,11 +226,7 @@ func BenchmarkGateway(b *testing.B) {
 // cores than replicas the ratio measures the cores, not the replicas (docs/performance.md).
 // make bench-gateway; GATEWAY_BENCH_SECONDS sets each phase's length (default 3).
 func BenchmarkGatewayReplicas(b *testing.B) {
-	secs := 3
-	if v, err := strconv.Atoi(os.Getenv("GATEWAY_BENCH_SECONDS")); err == nil && v > 0 {
-		secs = v
-	}
-	phase := time.Duration(secs) * time.Second
+	phase := benchPhase()
 	srv := redistest.Start(b)
 	reps := bookedReplicas(b, srv.Addr, 3, 16, 60, map[string]string{"pool": "bench"}, 10000)
 	const clients = 96
@@ -351,16 +358,9 @@ func inUse() int64 {
 // loaded machine are not final. make bench-gateway; GATEWAY_BENCH_SECONDS sets each phase
 // (default 3).
 func BenchmarkGatewaySOCKS(b *testing.B) {
-	secs := 3
-	if v, err := strconv.Atoi(os.Getenv("GATEWAY_BENCH_SECONDS")); err == nil && v > 0 {
-		secs = v
-	}
-	phase := time.Duration(secs) * time.Second
-	e := newEnv(b, 0, nil)
-	e.addUpstream(b, "crawl/bench", "127.0.0.41", map[string]string{"pool": "bench"}, 10000)
+	phase := benchPhase()
+	e, upstream := benchGateway(b)
 	socksAddr := e.socks(b)
-	p, _ := e.view.Get("crawl/bench")
-	upstream := p.Credentials.ProxyURL(net.JoinHostPort(p.IP, strconv.Itoa(int(p.Port))))
 	gw := e.proxyURL("pool-bench", token)
 	sites := make([]string, 64)
 	for i := range sites {

@@ -175,7 +175,9 @@ func (s *SOCKSServer) serveConn(c *limitConn) {
 		return
 	}
 	g.conns.place(c, classBusy)
-	s.track(c, true)
+	if !s.track(c, true) {
+		return // shut down during the handshake
+	}
 	authority, target, reply := sc.request()
 	if reply != SOCKSSucceeded {
 		g.m.outcome(kindSOCKS, "bad_request")

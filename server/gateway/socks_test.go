@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"os/exec"
 	"slices"
@@ -301,14 +302,21 @@ func TestSOCKSIdleFloodBounded(t *testing.T) {
 	}
 }
 
+// socksClientRig is what the real clients' tests drive: a gateway's SOCKS5 listener in front of
+// two upstreams, a plain site, a self-signed TLS site and a file of its certificate.
+func socksClientRig(t *testing.T) (addr string, s *site, port uint16, tlsSrv *httptest.Server, ca string) {
+	t.Helper()
+	e := newEnv(t, 2, nil)
+	addr = e.socks(t)
+	s = newSite(t, nil)
+	_, port = hostPort(t, s.addr)
+	tlsSrv, _ = tlsSite(t)
+	return addr, s, port, tlsSrv, caFile(t, tlsSrv.Certificate().Raw)
+}
+
 func TestCurlThroughSOCKS(t *testing.T) {
 	curl := need(t, "curl")
-	e := newEnv(t, 2, nil)
-	addr := e.socks(t)
-	s := newSite(t, nil)
-	_, port := hostPort(t, s.addr)
-	tlsSrv, _ := tlsSite(t)
-	ca := caFile(t, tlsSrv.Certificate().Raw)
+	addr, s, port, tlsSrv, ca := socksClientRig(t)
 	// --socks5-hostname: the name goes to the gateway unresolved, and on to the upstream.
 	out := run(t, curl, "-sS", "--socks5-hostname", addr, "--proxy-user", "pool-web:"+token, "http://localhost:"+strconv.Itoa(int(port))+"/plain")
 	if out != "hello from the site\n" {
@@ -349,12 +357,7 @@ print(json.dumps(out))
 
 func TestPythonRequestsThroughSOCKS(t *testing.T) {
 	py := needPython(t, "requests", "socks")
-	e := newEnv(t, 2, nil)
-	addr := e.socks(t)
-	s := newSite(t, nil)
-	_, port := hostPort(t, s.addr)
-	tlsSrv, _ := tlsSite(t)
-	ca := caFile(t, tlsSrv.Certificate().Raw)
+	addr, _, port, tlsSrv, ca := socksClientRig(t)
 	proxy := "socks5h://pool-web-session-py:" + token + "@" + addr
 	bad := "socks5h://pool-web:wrong@" + addr
 	out := run(t, py, "-c", requestsSOCKSScript, proxy, "http://localhost:"+strconv.Itoa(int(port))+"/", tlsSrv.URL+"/", ca, bad)
