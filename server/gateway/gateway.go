@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
@@ -324,7 +325,7 @@ func (g *Gateway) authenticate(r *http.Request) (*access.Caller, Selection, erro
 		return l.throttled(wait)
 	}
 	if h == "" {
-		if !g.Insecure {
+		if !g.Insecure && l.allowlisted() == nil {
 			return l.deny("missing", "proxy authentication required: send Proxy-Authorization: Basic with a discovery token as the password (http://USERNAME:TOKEN@gateway:port)")
 		}
 		return l.check("", "")
@@ -349,6 +350,15 @@ type login struct {
 	g      *Gateway
 	remote string
 	attrs  []any // what the attempt asked for, for the throttle's log line
+}
+
+// allowlisted is the token whose allowlist holds the source address (nil: none).
+func (l login) allowlisted() *access.Caller {
+	ap, err := netip.ParseAddrPort(l.remote)
+	if err != nil {
+		return nil
+	}
+	return l.g.Tokens.BySource(ap.Addr())
 }
 
 // throttled is the 429 of a source address throttled after failed logins, given without
@@ -377,7 +387,10 @@ func (l login) check(user, pass string) (*access.Caller, Selection, error) {
 	case g.Insecure:
 		caller = access.Insecure
 	case pass == "":
-		return l.deny("no_token", "proxy password is empty: it must be a discovery token")
+		// From a source a token's allowlist holds, no password is that token (decision 0278).
+		if caller = l.allowlisted(); caller == nil {
+			return l.deny("no_token", "proxy password is empty: it must be a discovery token")
+		}
 	case g.Tokens == nil:
 		return l.deny("token", "the gateway has no token configured: every request is refused")
 	default:

@@ -227,9 +227,12 @@ func (s *SOCKSServer) handshake(sc *socksConn) (_ *access.Caller, _ Selection, o
 		g.m.outcome(kindSOCKS, "bad_request")
 		return nil, Selection{}, false
 	}
+	l := login{g: g, remote: sc.c.RemoteAddr().String(), attrs: []any{"protocol", "socks5"}}
+	// Username/password when offered (the username selects); "no authentication" only where no
+	// password is needed: -discovery-insecure, or a source in a token's allowlist (0278).
 	chosen := byte(methodNone)
 	for _, m := range methods {
-		if m == methodUserPass || m == methodNoAuth && g.Insecure && chosen == methodNone {
+		if m == methodUserPass || m == methodNoAuth && chosen == methodNone && (g.Insecure || l.allowlisted() != nil) {
 			chosen = m
 		}
 	}
@@ -241,7 +244,6 @@ func (s *SOCKSServer) handshake(sc *socksConn) (_ *access.Caller, _ Selection, o
 		}
 		return nil, Selection{}, false
 	}
-	l := login{g: g, remote: sc.c.RemoteAddr().String(), attrs: []any{"protocol", "socks5"}}
 	var caller *access.Caller
 	var sel Selection
 	if chosen == methodNoAuth {
