@@ -104,3 +104,81 @@ func TestAllowlistedSourceSOCKSWithoutAuth(t *testing.T) {
 		t.Errorf("a username without password from the allowlisted source: reply %#x", reply)
 	}
 }
+
+// TestTokenPortsNeedNoPassword (decision 0279): a token's own ports, HTTP and SOCKS5, take
+// connections without a password as the token's, with the port's username unless the client
+// gives one; a port whose username the grammar refuses does not open.
+func TestTokenPortsNeedNoPassword(t *testing.T) {
+	e := allowlistEnv(t)
+	s := newSite(t, nil)
+	_, sitePort := hostPort(t, s.addr)
+	team := &access.Caller{Name: "team", Namespaces: []string{access.AllNamespaces}, Right: access.RightLease}
+	open := func(proto, user string) string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		pl, err := e.gw.PortListener(ln, access.Port{PortSpec: access.PortSpec{Addr: ln.Addr().String(), Protocol: proto, Username: user}, Caller: team})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if proto == "http" {
+			srv := e.gw.Server()
+			go func() { _ = srv.Serve(pl) }()
+			t.Cleanup(func() { _ = srv.Close() })
+		} else {
+			srv := e.gw.SOCKSServer()
+			go func() { _ = srv.Serve(pl) }()
+			t.Cleanup(func() { _ = srv.Close() })
+		}
+		return ln.Addr().String()
+	}
+	httpPort := open("http", "pool-web")
+	fetch := func(user string) int {
+		proxy := &url.URL{Scheme: "http", Host: httpPort}
+		if user != "" {
+			proxy.User = url.User(user)
+		}
+		// From 127.0.0.2: no allowlist helps, the port does.
+		c := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DialContext: from("127.0.0.2"), Proxy: http.ProxyURL(proxy)}}
+		resp, err := c.Get(s.url("/"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := fetch(""); got != http.StatusOK {
+		t.Errorf("HTTP port without credentials: %d, want 200", got)
+	}
+	if got := fetch("pool-api"); got != http.StatusNotFound {
+		t.Errorf("HTTP port with a username of its own selecting nothing: %d, want 404", got)
+	}
+	if got := testMetric(t, e, "proxy_operator_gateway_requests_total", "ok"); got < 1 {
+		t.Errorf("requests_total ok = %v", got)
+	}
+	socksPort := open("socks5", "pool-web-session-s9")
+	c, err := from("127.0.0.2")(context.Background(), "tcp", socksPort)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := c.Write(append([]byte{5, 1, 0}, socksRequest(1, "127.0.0.1", sitePort)...)); err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 12)
+	n, _ := io.ReadFull(c, b)
+	if got := string(b[:n]); got != "\x05\x00\x05\x00\x00\x01\x00\x00\x00\x00\x00\x00" {
+		t.Errorf("SOCKS5 port without authentication: %q, want the method and a tunnel", got)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if _, err := e.gw.PortListener(ln, access.Port{PortSpec: access.PortSpec{Addr: ":1", Protocol: "http", Username: "pool-web-pool-api"}, Caller: team}); err == nil {
+		t.Error("a port with a username the grammar refuses opened")
+	}
+}

@@ -206,6 +206,8 @@ type limitListener struct {
 	g *Gateway
 	// overload is written to a connection refused at the bound before it is closed ("": none).
 	overload string
+	// port, when set, is the token's own listener this is (PortListener).
+	port *tokenPort
 }
 
 const overloadedBody = "gateway at its connection limit; retry after the Retry-After seconds\n"
@@ -222,7 +224,7 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		t := l.g.conns
 		if res, ok := t.reserve(l.g.connCost(), true); ok {
 			l.g.m.conns.Inc()
-			lc := &limitConn{Conn: c, class: classBusy}
+			lc := &limitConn{Conn: c, class: classBusy, port: l.port}
 			lc.release = func() {
 				t.mu.Lock()
 				t.placeLocked(lc, classBusy)
@@ -250,6 +252,7 @@ type limitConn struct {
 	net.Conn
 	once    sync.Once
 	release func()
+	port    *tokenPort
 
 	// Guarded by conns.mu.
 	elem           *list.Element

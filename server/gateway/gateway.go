@@ -321,11 +321,14 @@ func (g *Gateway) authenticate(r *http.Request) (*access.Caller, Selection, erro
 	h := r.Header.Get("Proxy-Authorization")
 	r.Header.Del("Proxy-Authorization")
 	l := login{g: g, remote: r.RemoteAddr, attrs: []any{"method", r.Method, "path", r.URL.Path}}
+	if c, _ := r.Context().Value(connKey{}).(*limitConn); c != nil {
+		l.port = c.port
+	}
 	if wait := g.Logins.WaitAddr(l.remote); wait > 0 {
 		return l.throttled(wait)
 	}
 	if h == "" {
-		if !g.Insecure && l.allowlisted() == nil {
+		if !g.Insecure && l.port == nil && l.allowlisted() == nil {
 			return l.deny("missing", "proxy authentication required: send Proxy-Authorization: Basic with a discovery token as the password (http://USERNAME:TOKEN@gateway:port)")
 		}
 		return l.check("", "")
@@ -349,7 +352,8 @@ func (g *Gateway) authenticate(r *http.Request) (*access.Caller, Selection, erro
 type login struct {
 	g      *Gateway
 	remote string
-	attrs  []any // what the attempt asked for, for the throttle's log line
+	attrs  []any      // what the attempt asked for, for the throttle's log line
+	port   *tokenPort // the token's own listener the connection came to (nil: a shared one)
 }
 
 // allowlisted is the token whose allowlist holds the source address (nil: none).
@@ -387,8 +391,11 @@ func (l login) check(user, pass string) (*access.Caller, Selection, error) {
 	case g.Insecure:
 		caller = access.Insecure
 	case pass == "":
-		// From a source a token's allowlist holds, no password is that token (decision 0278).
-		if caller = l.allowlisted(); caller == nil {
+		// On a token's own port, or from a source its allowlist holds, no password is that
+		// token (decisions 0279, 0278).
+		if l.port != nil {
+			caller = l.port.caller
+		} else if caller = l.allowlisted(); caller == nil {
 			return l.deny("no_token", "proxy password is empty: it must be a discovery token")
 		}
 	case g.Tokens == nil:
@@ -402,6 +409,9 @@ func (l login) check(user, pass string) (*access.Caller, Selection, error) {
 	}
 	if !caller.MayLeaseSomewhere() {
 		return l.deny("read_only", "token %s may read, not lease: the gateway needs a token with the lease right", caller.Name)
+	}
+	if user == "" && pass == "" && l.port != nil {
+		return caller, l.port.sel, nil // checked when the port was opened
 	}
 	sel, err := ParseUsername(user)
 	if err != nil {

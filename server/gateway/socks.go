@@ -84,7 +84,12 @@ func (s *SOCKSServer) Serve(ln net.Listener) error {
 	}
 	s.lns[ln] = struct{}{}
 	s.mu.Unlock()
-	lln := &limitListener{Listener: ln, g: s.g} // no overload answer: SOCKS5 has none
+	lln, ok := ln.(*limitListener) // a token's own port (PortListener)
+	if !ok {
+		lln = &limitListener{Listener: ln, g: s.g} // no overload answer: SOCKS5 has none
+	} else {
+		lln.overload = ""
+	}
 	for {
 		c, err := lln.Accept()
 		if err != nil {
@@ -227,12 +232,13 @@ func (s *SOCKSServer) handshake(sc *socksConn) (_ *access.Caller, _ Selection, o
 		g.m.outcome(kindSOCKS, "bad_request")
 		return nil, Selection{}, false
 	}
-	l := login{g: g, remote: sc.c.RemoteAddr().String(), attrs: []any{"protocol", "socks5"}}
+	l := login{g: g, remote: sc.c.RemoteAddr().String(), attrs: []any{"protocol", "socks5"}, port: sc.c.port}
 	// Username/password when offered (the username selects); "no authentication" only where no
-	// password is needed: -discovery-insecure, or a source in a token's allowlist (0278).
+	// password is needed: -discovery-insecure, a token's own port (0279), or a source in a
+	// token's allowlist (0278).
 	chosen := byte(methodNone)
 	for _, m := range methods {
-		if m == methodUserPass || m == methodNoAuth && chosen == methodNone && (g.Insecure || l.allowlisted() != nil) {
+		if m == methodUserPass || m == methodNoAuth && chosen == methodNone && (g.Insecure || l.port != nil || l.allowlisted() != nil) {
 			chosen = m
 		}
 	}

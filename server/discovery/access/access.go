@@ -86,6 +86,7 @@ var Insecure = &Caller{Name: "insecure", Namespaces: []string{AllNamespaces}, Ri
 type Tokens struct {
 	entries []tokenEntry
 	allow   []allowEntry
+	ports   []Port
 }
 
 // allowEntry is one prefix of a token's allowlist.
@@ -109,6 +110,27 @@ type TokenSpec struct {
 	// they act as this token (decision 0278). Only for lease tokens; an address may be in
 	// one token's allowlist at most. The discovery API ignores it.
 	Allowlist []string `json:"allowlist,omitempty"`
+	// Ports are gateway listeners of this token's own: a connection to one needs no proxy
+	// password, and without a username it selects with the port's (decision 0279). Only for
+	// lease tokens; an address is one token's. The discovery API ignores them.
+	Ports []PortSpec `json:"ports,omitempty"`
+}
+
+// PortSpec is a gateway listener of a token's own.
+type PortSpec struct {
+	// Addr is the listen address (":8101").
+	Addr string `json:"addr"`
+	// Protocol is http (a forward proxy, as -gateway-addr) or socks5 (as -gateway-socks-addr).
+	Protocol string `json:"protocol"`
+	// Username is the selection of a connection that gives none, in the gateway's grammar
+	// (checked by the gateway at start).
+	Username string `json:"username,omitempty"`
+}
+
+// Port is a gateway listener of a token's own, with the token's caller.
+type Port struct {
+	PortSpec
+	Caller *Caller
 }
 
 type tokensFile struct {
@@ -251,6 +273,9 @@ func New(specs []TokenSpec) (*Tokens, error) {
 		if err := t.addAllowlist(id, c, s.Allowlist); err != nil {
 			return nil, err
 		}
+		if err := t.addPorts(id, c, s.Ports); err != nil {
+			return nil, err
+		}
 	}
 	return t, nil
 }
@@ -285,6 +310,37 @@ func (t *Tokens) addAllowlist(id string, c *Caller, cidrs []string) error {
 		t.allow = append(t.allow, allowEntry{prefix: p, caller: c})
 	}
 	return nil
+}
+
+// addPorts adds c's own gateway listeners: of a lease token, each with an address no other
+// port has and a known protocol.
+func (t *Tokens) addPorts(id string, c *Caller, ports []PortSpec) error {
+	if len(ports) > 0 && c.Right != RightLease {
+		return fmt.Errorf("%s: ports: only a token with the lease right may have them", id)
+	}
+	for _, p := range ports {
+		switch {
+		case p.Addr == "":
+			return fmt.Errorf("%s: a port without addr", id)
+		case p.Protocol != "http" && p.Protocol != "socks5":
+			return fmt.Errorf("%s: port %s: protocol %q: want http or socks5", id, p.Addr, p.Protocol)
+		}
+		for _, o := range t.ports {
+			if o.Addr == p.Addr {
+				return fmt.Errorf("%s: port %s is token %s's too", id, p.Addr, o.Caller.Name)
+			}
+		}
+		t.ports = append(t.ports, Port{PortSpec: p, Caller: c})
+	}
+	return nil
+}
+
+// Ports are the tokens' own gateway listeners, in the file's order.
+func (t *Tokens) Ports() []Port {
+	if t == nil {
+		return nil
+	}
+	return slices.Clone(t.ports)
 }
 
 // BySource is the token whose allowlist holds addr (nil: none).

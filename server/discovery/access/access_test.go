@@ -124,6 +124,9 @@ func TestParseRejects(t *testing.T) {
 		{"allowlist of a read token", "tokens:\n  - {name: a, token: abc-0123456789abcdef, namespaces: [x], right: read, allowlist: [10.0.0.0/8]}\n", "only a token with the lease right"},
 		{"allowlist not a CIDR", "tokens:\n  - {name: a, token: abc-0123456789abcdef, namespaces: [x], right: lease, allowlist: [10.0.0.0/33]}\n", `allowlist "10.0.0.0/33"`},
 		{"allowlist of every address", "tokens:\n  - {name: a, token: abc-0123456789abcdef, namespaces: [x], right: lease, allowlist: ['::/0']}\n", "every address"},
+		{"ports of a read token", "tokens:\n  - {name: a, token: abc-0123456789abcdef, namespaces: [x], right: read, ports: [{addr: ':8101', protocol: http}]}\n", "only a token with the lease right"},
+		{"port protocol", "tokens:\n  - {name: a, token: abc-0123456789abcdef, namespaces: [x], right: lease, ports: [{addr: ':8101', protocol: socks4}]}\n", `protocol "socks4"`},
+		{"port twice", "tokens:\n  - {name: a, token: abc-0123456789abcdef, namespaces: [x], right: lease, ports: [{addr: ':8101', protocol: http}]}\n  - {name: b, token: abd-0123456789abcdef, namespaces: [x], right: lease, ports: [{addr: ':8101', protocol: socks5}]}\n", "port :8101 is token a's too"},
 		{"allowlists overlap", "tokens:\n  - {name: a, token: abc-0123456789abcdef, namespaces: [x], right: lease, allowlist: [10.1.0.0/16]}\n  - {name: b, token: abd-0123456789abcdef, namespaces: [x], right: lease, allowlist: [10.1.2.3]}\n", "overlaps token a's 10.1.0.0/16"},
 	}
 	for _, tc := range tests {
