@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/proxy-operator/proxy-operator/server/discovery"
+	"github.com/proxy-operator/proxy-operator/server/discovery/access"
 	"github.com/proxy-operator/proxy-operator/server/gateway"
 )
 
@@ -105,7 +106,7 @@ func NewGateway(cfg GatewayConfig) (_ *Gateway, err error) {
 			g.close()
 		}
 	}()
-	admit, err := admitBy(cfg.Egress, nil, []string{cfg.Gateway.Addr, cfg.Gateway.SOCKSAddr, cfg.MetricsAddr})
+	admit, err := admitBy(cfg.Egress, nil, append([]string{cfg.Gateway.Addr, cfg.Gateway.SOCKSAddr, cfg.MetricsAddr}, portAddrs(tokens)...))
 	if err != nil {
 		return nil, err
 	}
@@ -114,7 +115,7 @@ func NewGateway(cfg GatewayConfig) (_ *Gateway, err error) {
 	}
 	reg := replicaRegistry()
 	g.backend.register(reg)
-	egress, err := gatewayEgress(cfg.Egress, nil, []string{cfg.Gateway.Addr, cfg.Gateway.SOCKSAddr, cfg.MetricsAddr}, cfg.Lease.Store, "")
+	egress, err := gatewayEgress(cfg.Egress, nil, append([]string{cfg.Gateway.Addr, cfg.Gateway.SOCKSAddr, cfg.MetricsAddr}, portAddrs(tokens)...), cfg.Lease.Store, "")
 	if err != nil {
 		return nil, err
 	}
@@ -130,13 +131,19 @@ func NewGateway(cfg GatewayConfig) (_ *Gateway, err error) {
 		return nil, fmt.Errorf("gateway listener: %w", err)
 	}
 	g.servers = append(g.servers, served{"gateway", gw.Server(), gw.Listener(ln)})
+	socks := gw.SOCKSServer()
 	if cfg.Gateway.SOCKSAddr != "" {
 		sln, err := net.Listen("tcp", cfg.Gateway.SOCKSAddr)
 		if err != nil {
 			return nil, fmt.Errorf("gateway SOCKS5 listener: %w", err)
 		}
 		g.socks = sln
-		g.servers = append(g.servers, served{"gateway-socks", gw.SOCKSServer(), sln})
+		g.servers = append(g.servers, served{"gateway-socks", socks, sln})
+	}
+	ports, err := servePorts(gw, socks, tokens.Ports())
+	g.servers = append(g.servers, ports...)
+	if err != nil {
+		return nil, err
 	}
 	if cfg.MetricsAddr != "" {
 		mln, err := net.Listen("tcp", cfg.MetricsAddr)
@@ -150,6 +157,38 @@ func NewGateway(cfg GatewayConfig) (_ *Gateway, err error) {
 			ReadTimeout: 10 * time.Second, WriteTimeout: 15 * time.Second, IdleTimeout: time.Minute, MaxHeaderBytes: 16 << 10}, mln})
 	}
 	return g, nil
+}
+
+// servePorts opens the tokens' own gateway ports (decision 0279), each served by the gateway's
+// HTTP server or socks. On an error the ports opened so far are returned, to be closed.
+func servePorts(gw *gateway.Gateway, socks *gateway.SOCKSServer, ports []access.Port) ([]served, error) {
+	var out []served
+	for _, p := range ports {
+		ln, err := net.Listen("tcp", p.Addr)
+		if err != nil {
+			return out, fmt.Errorf("token %s's gateway port: %w", p.Caller.Name, err)
+		}
+		pl, err := gw.PortListener(ln, p)
+		if err != nil {
+			ln.Close()
+			return out, err
+		}
+		var srv server = gw.Server()
+		if p.Protocol == "socks5" {
+			srv = socks
+		}
+		out = append(out, served{"gateway port " + p.Addr, srv, pl})
+	}
+	return out, nil
+}
+
+// portAddrs are the addresses of the tokens' own gateway ports, for the egress policy.
+func portAddrs(tokens *access.Tokens) []string {
+	var out []string
+	for _, p := range tokens.Ports() {
+		out = append(out, p.Addr)
+	}
+	return out
 }
 
 // Addr is the bound address of the gateway listener.

@@ -70,8 +70,11 @@ type Operator struct {
 	gwSrv            *http.Server // nil without -gateway-addr
 	own              []string     // every address the listeners answer on (listen)
 	gwLn             net.Listener
-	socksSrv         *gateway.SOCKSServer // nil without -gateway-socks-addr
+	socksSrv         *gateway.SOCKSServer // nil without -gateway-socks-addr or a token's socks5 port
 	socksLn          net.Listener
+	ports            []access.Port  // the tokens' own gateway ports (decision 0279)
+	portLns          []net.Listener // theirs, bound by listen, then each a PortListener
+	portSrvs         []served       // theirs, built by buildServers
 	demoSrv          *http.Server // the demo site; nil without -demo-proxies and -demo-site-addr
 	demoLn           net.Listener
 	// hookCreds are the hook listener's TLS certificate and token (nil: plain HTTP, no token).
@@ -105,16 +108,17 @@ func New(cfg Config) (_ *Operator, err error) {
 		}
 	}()
 	reg := o.buildMetrics()
+	// The tokens before the listeners: they may name gateway ports of their own (decision 0279).
+	tokens, err := o.loadTokens()
+	if err != nil {
+		return nil, err
+	}
 	// Listeners first: the egress policy and the mock proxies must know their bound addresses.
-	own, err := o.listen()
+	own, err := o.listen(tokens.Ports())
 	if err != nil {
 		return nil, err
 	}
 	if err := o.buildProviders(reg, own); err != nil {
-		return nil, err
-	}
-	tokens, err := o.loadTokens()
-	if err != nil {
 		return nil, err
 	}
 	egress, err := o.buildEgress(own)
@@ -218,7 +222,7 @@ func (o *Operator) loadTokens() (*access.Tokens, error) {
 
 // listen binds the hook, discovery and (when set) gateway listeners and returns every address
 // they answer on, configured and bound, for the egress policy to refuse.
-func (o *Operator) listen() (own []string, err error) {
+func (o *Operator) listen(ports []access.Port) (own []string, err error) {
 	cfg := o.cfg
 	if o.hookLn, err = net.Listen("tcp", cfg.Hooks.Addr); err != nil {
 		return nil, fmt.Errorf("hook listener: %w", err)
@@ -238,6 +242,16 @@ func (o *Operator) listen() (own []string, err error) {
 			}
 			own = append(own, o.socksLn.Addr().String(), cfg.Gateway.SOCKSAddr)
 		}
+		for _, p := range ports {
+			ln, err := net.Listen("tcp", p.Addr)
+			if err != nil {
+				return nil, fmt.Errorf("token %s's gateway port: %w", p.Caller.Name, err)
+			}
+			o.ports, o.portLns = append(o.ports, p), append(o.portLns, ln)
+			own = append(own, ln.Addr().String(), p.Addr)
+		}
+	} else if len(ports) > 0 {
+		return nil, fmt.Errorf("the tokens file names gateway ports (token %s's %s) but -gateway-addr is off", ports[0].Caller.Name, ports[0].Addr)
 	}
 	// The demo site is a crawl target, not one of the operator's own listeners: it stays out of own.
 	if cfg.Demo.Proxies > 0 && cfg.Demo.SiteAddr != "" {
@@ -460,8 +474,20 @@ func (o *Operator) buildServers(h *hooks.Hooks, disc *discovery.Discovery, token
 		memLimit, _ := membudget.Limit(o.cfg.Hooks.MemoryLimit)
 		gw.Budget = gateway.BudgetFor(memLimit)
 		o.gwSrv, o.gwLn = gw.Server(), gw.Listener(o.gwLn)
-		if o.socksLn != nil {
+		if o.socksLn != nil || len(o.ports) > 0 {
 			o.socksSrv = gw.SOCKSServer()
+		}
+		for i, p := range o.ports {
+			pl, err := gw.PortListener(o.portLns[i], p)
+			if err != nil {
+				return err
+			}
+			o.portLns[i] = pl
+			var srv server = gw.Server()
+			if p.Protocol == "socks5" {
+				srv = o.socksSrv
+			}
+			o.portSrvs = append(o.portSrvs, served{"gateway port " + p.Addr, srv, pl})
 		}
 		disc.Sites = gw // /v1/sites reads its pacer
 	}
@@ -546,7 +572,7 @@ func (o *Operator) close() {
 		o.events.Shutdown()
 		o.events = nil
 	}
-	for _, ln := range []net.Listener{o.hookLn, o.discLn, o.echoLn, o.gwLn, o.socksLn} {
+	for _, ln := range append([]net.Listener{o.hookLn, o.discLn, o.echoLn, o.gwLn, o.socksLn}, o.portLns...) {
 		if ln != nil {
 			_ = ln.Close()
 		}
@@ -670,8 +696,11 @@ func (o *Operator) Run(ctx context.Context) error {
 	if o.gwSrv != nil {
 		go func() { errc <- fmt.Errorf("gateway server: %w", o.gwSrv.Serve(o.gwLn)) }()
 	}
-	if o.socksSrv != nil {
+	if o.socksLn != nil {
 		go func() { errc <- fmt.Errorf("gateway SOCKS5 server: %w", o.socksSrv.Serve(o.socksLn)) }()
+	}
+	for _, s := range o.portSrvs {
+		go func() { errc <- fmt.Errorf("%s: %w", s.name, s.srv.Serve(s.ln)) }()
 	}
 	if o.demoSrv != nil {
 		go func() { errc <- fmt.Errorf("demo site: %w", o.demoSrv.Serve(o.demoLn)) }()
@@ -700,6 +729,9 @@ func (o *Operator) Run(ctx context.Context) error {
 	}
 	if o.socksSrv != nil {
 		stopping.Go(func() { _ = o.socksSrv.Shutdown(sctx) })
+	}
+	for _, s := range o.portSrvs {
+		stopping.Go(func() { _ = s.srv.Shutdown(sctx) })
 	}
 	if o.demoSrv != nil {
 		stopping.Go(func() { _ = o.demoSrv.Shutdown(sctx) })
