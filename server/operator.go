@@ -75,7 +75,7 @@ type Operator struct {
 	ports            []access.Port  // the tokens' own gateway ports (decision 0279)
 	portLns          []net.Listener // theirs, bound by listen, then each a PortListener
 	portSrvs         []served       // theirs, built by buildServers
-	demoSrv          *http.Server // the demo site; nil without -demo-proxies and -demo-site-addr
+	demoSrv          *http.Server   // the demo site; nil without -demo-proxies and -demo-site-addr
 	demoLn           net.Listener
 	// hookCreds are the hook listener's TLS certificate and token (nil: plain HTTP, no token).
 	hookCreds *hookauth.Credentials
