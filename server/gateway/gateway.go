@@ -1,5 +1,6 @@
 // Package gateway serves the crawlers' one proxy endpoint: an HTTP/1.1 forward proxy
-// (absolute-form requests and CONNECT tunnels) that authenticates a discovery token given as
+// (absolute-form requests and CONNECT tunnels), and SOCKS5 CONNECT tunnels on a listener of
+// their own, that authenticates a discovery token given as
 // the proxy password, leases an upstream proxy from the lease store for every request, tunnel
 // or sticky session, adds that upstream's credential, and detects bans by rules, reporting
 // them to the store and retrying on another upstream. It never dials a target itself and never
