@@ -108,17 +108,19 @@ func New(cfg Config) (_ *Operator, err error) {
 		}
 	}()
 	reg := o.buildMetrics()
-	// The tokens before the listeners: they may name gateway ports of their own (decision 0279).
-	tokens, err := o.loadTokens()
-	if err != nil {
-		return nil, err
-	}
 	// Listeners first: the egress policy and the mock proxies must know their bound addresses.
-	own, err := o.listen(tokens.Ports())
+	own, err := o.listen()
 	if err != nil {
 		return nil, err
 	}
 	if err := o.buildProviders(reg, own); err != nil {
+		return nil, err
+	}
+	tokens, err := o.loadTokens()
+	if err != nil {
+		return nil, err
+	}
+	if own, err = o.listenPorts(own, tokens.Ports()); err != nil {
 		return nil, err
 	}
 	egress, err := o.buildEgress(own)
@@ -222,7 +224,7 @@ func (o *Operator) loadTokens() (*access.Tokens, error) {
 
 // listen binds the hook, discovery and (when set) gateway listeners and returns every address
 // they answer on, configured and bound, for the egress policy to refuse.
-func (o *Operator) listen(ports []access.Port) (own []string, err error) {
+func (o *Operator) listen() (own []string, err error) {
 	cfg := o.cfg
 	if o.hookLn, err = net.Listen("tcp", cfg.Hooks.Addr); err != nil {
 		return nil, fmt.Errorf("hook listener: %w", err)
@@ -242,16 +244,6 @@ func (o *Operator) listen(ports []access.Port) (own []string, err error) {
 			}
 			own = append(own, o.socksLn.Addr().String(), cfg.Gateway.SOCKSAddr)
 		}
-		for _, p := range ports {
-			ln, err := net.Listen("tcp", p.Addr)
-			if err != nil {
-				return nil, fmt.Errorf("token %s's gateway port: %w", p.Caller.Name, err)
-			}
-			o.ports, o.portLns = append(o.ports, p), append(o.portLns, ln)
-			own = append(own, ln.Addr().String(), p.Addr)
-		}
-	} else if len(ports) > 0 {
-		return nil, fmt.Errorf("the tokens file names gateway ports (token %s's %s) but -gateway-addr is off", ports[0].Caller.Name, ports[0].Addr)
 	}
 	// The demo site is a crawl target, not one of the operator's own listeners: it stays out of own.
 	if cfg.Demo.Proxies > 0 && cfg.Demo.SiteAddr != "" {
@@ -259,6 +251,22 @@ func (o *Operator) listen(ports []access.Port) (own []string, err error) {
 			return nil, fmt.Errorf("demo site listener: %w", err)
 		}
 		o.demoSrv = demoSiteServer()
+	}
+	return own, nil
+}
+
+// listenPorts binds the tokens' own gateway ports (decision 0279) and adds them to own.
+func (o *Operator) listenPorts(own []string, ports []access.Port) ([]string, error) {
+	if len(ports) > 0 && o.gwLn == nil {
+		return nil, fmt.Errorf("the tokens file names gateway ports (token %s's %s) but -gateway-addr is off", ports[0].Caller.Name, ports[0].Addr)
+	}
+	for _, p := range ports {
+		ln, err := net.Listen("tcp", p.Addr)
+		if err != nil {
+			return nil, fmt.Errorf("token %s's gateway port: %w", p.Caller.Name, err)
+		}
+		o.ports, o.portLns = append(o.ports, p), append(o.portLns, ln)
+		own = append(own, ln.Addr().String(), p.Addr)
 	}
 	return own, nil
 }
