@@ -5,6 +5,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,6 +15,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/providers/factory"
 	"github.com/proxy-operator/proxy-operator/providers/mock"
 	"github.com/proxy-operator/proxy-operator/server"
+	"github.com/proxy-operator/proxy-operator/server/gateway"
 )
 
 func get(t *testing.T, url string) (int, string) {
@@ -129,4 +132,77 @@ func runOperator(t *testing.T, op *server.Operator) context.Context {
 		}
 	})
 	return ctx
+}
+
+// TestOperatorServesSOCKSAndTokenPorts: with -gateway-socks-addr and a tokens file that gives a
+// token ports of its own, the operator serves them all beside the gateway (decisions 0277,
+// 0279) and frees them on stop; ports without -gateway-addr stop the start.
+func TestOperatorServesSOCKSAndTokenPorts(t *testing.T) {
+	free := func() string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		return ln.Addr().String()
+	}
+	httpPort, socksPort := free(), free()
+	file := filepath.Join(t.TempDir(), "tokens.yaml")
+	if err := os.WriteFile(file, []byte("tokens:\n  - {name: team, token: team-token-0123456789, namespaces: [\"*\"], right: lease,\n"+
+		"     ports: [{addr: \""+httpPort+"\", protocol: http, username: pool-web}, {addr: \""+socksPort+"\", protocol: socks5}]}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := server.Config{Hooks: server.HooksConfig{Addr: "127.0.0.1:0"}, Discovery: server.DiscoveryAPIConfig{Addr: "127.0.0.1:0", TokenFile: file}}
+	if _, err := server.New(cfg); err == nil || !strings.Contains(err.Error(), "-gateway-addr is off") {
+		t.Errorf("token ports without the gateway: %v, want an error", err)
+	}
+	cfg.Gateway = gateway.Config{Addr: "127.0.0.1:0", SOCKSAddr: "127.0.0.1:0"}
+	op, err := server.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- op.Run(ctx) }()
+	greet := func(addr string) string {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := c.Write([]byte{5, 1, 0}); err != nil {
+			t.Fatal(err)
+		}
+		b := make([]byte, 2)
+		n, _ := io.ReadFull(c, b)
+		return string(b[:n])
+	}
+	if got := greet(op.GatewaySOCKSAddr()); got != "\x05\xff" {
+		t.Errorf("the shared SOCKS5 listener without authentication: %q, want no acceptable method", got)
+	}
+	if got := greet(socksPort); got != "\x05\x00" {
+		t.Errorf("the token's SOCKS5 port without authentication: %q, want it accepted", got)
+	}
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: httpPort})}}
+	resp, err := c.Get("http://127.0.0.1:9/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode == http.StatusProxyAuthRequired {
+		t.Errorf("the token's HTTP port without credentials: 407, want the token's answer")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run after cancel: %v", err)
+	}
+	for _, a := range []string{op.GatewayAddr(), op.GatewaySOCKSAddr(), httpPort, socksPort} {
+		ln, err := net.Listen("tcp", a)
+		if err != nil {
+			t.Errorf("port %s still held after Run returned: %v", a, err)
+			continue
+		}
+		ln.Close()
+	}
 }
