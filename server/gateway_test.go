@@ -8,8 +8,6 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -177,83 +175,4 @@ func socksFetch(t *testing.T, addr, user, pass, site string) string {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return string(b)
-}
-
-// TestGatewayProcessOpensTokenPorts: the gateway subcommand opens the ports the tokens file
-// gives a token (decision 0279): a request there without credentials is the token's (404
-// no_match on an empty fleet, where the shared listener answers 407), and the SOCKS5 port
-// accepts "no authentication".
-func TestGatewayProcessOpensTokenPorts(t *testing.T) {
-	srv := redistest.Start(t)
-	free := func() string {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		return ln.Addr().String()
-	}
-	httpPort, socksPort := free(), free()
-	// An empty fleet, published: the reader's view is complete, nothing matches.
-	client, err := redisstore.NewClient(redisstore.ClientConfig{URL: "redis://" + srv.Addr})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	store, err := redisstore.New(redisstore.Config{Client: client})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := redisstore.NewPublisher(redisstore.PublisherConfig{Store: store, Fleet: fleet.New(time.Now, 0), Health: &healthtest.Map{}}).Sync(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(t.TempDir(), "tokens.yaml")
-	if err := os.WriteFile(file, []byte("tokens:\n  - {name: team, token: team-token-0123456789, namespaces: [\"*\"], right: lease,\n"+
-		"     ports: [{addr: \""+httpPort+"\", protocol: http, username: pool-web}, {addr: \""+socksPort+"\", protocol: socks5}]}\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	g, err := NewGateway(GatewayConfig{Gateway: gateway.Config{Addr: "127.0.0.1:0"}, TokenFile: file,
-		Lease: LeaseConfig{Store: "redis://" + srv.Addr}, Egress: EgressConfig{TargetAllow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- g.Run(ctx) }()
-	status := func(proxy string) int {
-		c := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: proxy})}}
-		resp, err := c.Get("http://127.0.0.1:9/")
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
-	}
-	if got := status(g.Addr()); got != http.StatusProxyAuthRequired {
-		t.Errorf("the shared listener without credentials: %d, want 407", got)
-	}
-	deadline := time.Now().Add(20 * time.Second)
-	for got := status(httpPort); got != http.StatusNotFound; got = status(httpPort) {
-		if got != http.StatusServiceUnavailable || time.Now().After(deadline) { // 503: the reader still filling
-			t.Fatalf("the token's HTTP port without credentials: %d, want 404 no_match", got)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	c, err := net.Dial("tcp", socksPort)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
-	var ans [2]byte
-	if _, err := c.Write([]byte{5, 1, 0}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.ReadFull(c, ans[:]); err != nil || ans != [2]byte{5, 0} {
-		t.Errorf("the token's SOCKS5 port: %x %v, want no authentication chosen", ans, err)
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Errorf("Run: %v", err)
-	}
 }

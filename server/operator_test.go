@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxy-operator/proxy-operator/internal/redistest"
 	"github.com/proxy-operator/proxy-operator/providers/factory"
 	"github.com/proxy-operator/proxy-operator/providers/mock"
 	"github.com/proxy-operator/proxy-operator/server"
@@ -138,20 +139,7 @@ func runOperator(t *testing.T, op *server.Operator) context.Context {
 // token ports of its own, the operator serves them all beside the gateway (decisions 0277,
 // 0279) and frees them on stop; ports without -gateway-addr stop the start.
 func TestOperatorServesSOCKSAndTokenPorts(t *testing.T) {
-	free := func() string {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		return ln.Addr().String()
-	}
-	httpPort, socksPort := free(), free()
-	file := filepath.Join(t.TempDir(), "tokens.yaml")
-	if err := os.WriteFile(file, []byte("tokens:\n  - {name: team, token: team-token-0123456789, namespaces: [\"*\"], right: lease,\n"+
-		"     ports: [{addr: \""+httpPort+"\", protocol: http, username: pool-web}, {addr: \""+socksPort+"\", protocol: socks5}]}\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	file, httpPort, socksPort := tokenPortsFile(t)
 	cfg := server.Config{Hooks: server.HooksConfig{Addr: "127.0.0.1:0"}, Discovery: server.DiscoveryAPIConfig{Addr: "127.0.0.1:0", TokenFile: file}}
 	if _, err := server.New(cfg); err == nil || !strings.Contains(err.Error(), "-gateway-addr is off") {
 		t.Errorf("token ports without the gateway: %v, want an error", err)
@@ -164,6 +152,47 @@ func TestOperatorServesSOCKSAndTokenPorts(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- op.Run(ctx) }()
+	checkTokenPorts(t, op.GatewayAddr(), op.GatewaySOCKSAddr(), httpPort, socksPort)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run after cancel: %v", err)
+	}
+	for _, a := range []string{op.GatewayAddr(), op.GatewaySOCKSAddr(), httpPort, socksPort} {
+		ln, err := net.Listen("tcp", a)
+		if err != nil {
+			t.Errorf("port %s still held after Run returned: %v", a, err)
+			continue
+		}
+		ln.Close()
+	}
+}
+
+// tokenPortsFile writes a tokens file whose one token has an HTTP and a SOCKS5 port of its own
+// on free loopback ports, and returns it and the ports.
+func tokenPortsFile(t *testing.T) (file, httpPort, socksPort string) {
+	t.Helper()
+	free := func() string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		return ln.Addr().String()
+	}
+	httpPort, socksPort = free(), free()
+	file = filepath.Join(t.TempDir(), "tokens.yaml")
+	if err := os.WriteFile(file, []byte("tokens:\n  - {name: team, token: team-token-0123456789, namespaces: [\"*\"], right: lease,\n"+
+		"     ports: [{addr: \""+httpPort+"\", protocol: http, username: pool-web}, {addr: \""+socksPort+"\", protocol: socks5}]}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return file, httpPort, socksPort
+}
+
+// checkTokenPorts: without credentials the shared listeners refuse (407; SOCKS5 no acceptable
+// method) and the token's ports let the client in (SOCKS5 "no authentication" chosen; HTTP
+// anything but 407, the fleet being empty or warming up).
+func checkTokenPorts(t *testing.T, shared, sharedSOCKS, httpPort, socksPort string) {
+	t.Helper()
 	greet := func(addr string) string {
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
@@ -178,31 +207,47 @@ func TestOperatorServesSOCKSAndTokenPorts(t *testing.T) {
 		n, _ := io.ReadFull(c, b)
 		return string(b[:n])
 	}
-	if got := greet(op.GatewaySOCKSAddr()); got != "\x05\xff" {
-		t.Errorf("the shared SOCKS5 listener without authentication: %q, want no acceptable method", got)
+	if sharedSOCKS != "" {
+		if got := greet(sharedSOCKS); got != "\x05\xff" {
+			t.Errorf("the shared SOCKS5 listener without authentication: %q, want no acceptable method", got)
+		}
 	}
 	if got := greet(socksPort); got != "\x05\x00" {
 		t.Errorf("the token's SOCKS5 port without authentication: %q, want it accepted", got)
 	}
-	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: httpPort})}}
-	resp, err := c.Get("http://127.0.0.1:9/")
+	status := func(proxy string) int {
+		c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: proxy})}}
+		resp, err := c.Get("http://127.0.0.1:9/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := status(shared); got != http.StatusProxyAuthRequired {
+		t.Errorf("the shared listener without credentials: %d, want 407", got)
+	}
+	if got := status(httpPort); got == http.StatusProxyAuthRequired {
+		t.Errorf("the token's HTTP port without credentials: 407, want the token's answer")
+	}
+}
+
+// TestGatewayProcessOpensTokenPorts: the gateway subcommand opens the ports the tokens file
+// gives a token too (decision 0279).
+func TestGatewayProcessOpensTokenPorts(t *testing.T) {
+	srv := redistest.Start(t)
+	file, httpPort, socksPort := tokenPortsFile(t)
+	g, err := server.NewGateway(server.GatewayConfig{Gateway: gateway.Config{Addr: "127.0.0.1:0"}, TokenFile: file,
+		Lease: server.LeaseConfig{Store: "redis://" + srv.Addr}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp.Body.Close()
-	if resp.StatusCode == http.StatusProxyAuthRequired {
-		t.Errorf("the token's HTTP port without credentials: 407, want the token's answer")
-	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- g.Run(ctx) }()
+	checkTokenPorts(t, g.Addr(), g.SOCKSAddr(), httpPort, socksPort)
 	cancel()
 	if err := <-done; err != nil {
-		t.Fatalf("Run after cancel: %v", err)
-	}
-	for _, a := range []string{op.GatewayAddr(), op.GatewaySOCKSAddr(), httpPort, socksPort} {
-		ln, err := net.Listen("tcp", a)
-		if err != nil {
-			t.Errorf("port %s still held after Run returned: %v", a, err)
-			continue
-		}
-		ln.Close()
+		t.Errorf("Run: %v", err)
 	}
 }
