@@ -374,6 +374,9 @@ func (c Config) Validate() error {
 	if c.Gateway.Addr != "" {
 		return c.Gateway.Validate()
 	}
+	if c.Gateway.SOCKSAddr != "" {
+		return fmt.Errorf("-gateway-socks-addr needs -gateway-addr: the SOCKS5 listener is the gateway's")
+	}
 	return nil
 }
 

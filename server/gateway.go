@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/proxy-operator/proxy-operator/server/discovery"
+	"github.com/proxy-operator/proxy-operator/server/discovery/access"
 	"github.com/proxy-operator/proxy-operator/server/gateway"
 )
 
@@ -75,7 +76,10 @@ func RunGateway(ctx context.Context, c GatewayConfig) error {
 
 // Gateway is an assembled gateway-only process. Build it with NewGateway, serve it with Run
 // (once).
-type Gateway struct{ replica }
+type Gateway struct {
+	replica
+	socks net.Listener // nil without -gateway-socks-addr
+}
 
 // NewGateway builds the store, the reader and the server and binds the listeners. Redis need
 // not be reachable yet.
@@ -96,13 +100,13 @@ func NewGateway(cfg GatewayConfig) (_ *Gateway, err error) {
 	if err != nil {
 		return nil, err
 	}
-	g := &Gateway{replica{log: log, grace: cfg.ShutdownGrace}}
+	g := &Gateway{replica: replica{log: log, grace: cfg.ShutdownGrace}}
 	defer func() {
 		if err != nil {
 			g.close()
 		}
 	}()
-	admit, err := admitBy(cfg.Egress, nil, []string{cfg.Gateway.Addr, cfg.MetricsAddr})
+	admit, err := admitBy(cfg.Egress, nil, append([]string{cfg.Gateway.Addr, cfg.Gateway.SOCKSAddr, cfg.MetricsAddr}, portAddrs(tokens)...))
 	if err != nil {
 		return nil, err
 	}
@@ -111,7 +115,7 @@ func NewGateway(cfg GatewayConfig) (_ *Gateway, err error) {
 	}
 	reg := replicaRegistry()
 	g.backend.register(reg)
-	egress, err := gatewayEgress(cfg.Egress, nil, []string{cfg.Gateway.Addr, cfg.MetricsAddr}, cfg.Lease.Store, "")
+	egress, err := gatewayEgress(cfg.Egress, nil, append([]string{cfg.Gateway.Addr, cfg.Gateway.SOCKSAddr, cfg.MetricsAddr}, portAddrs(tokens)...), cfg.Lease.Store, "")
 	if err != nil {
 		return nil, err
 	}
@@ -127,6 +131,20 @@ func NewGateway(cfg GatewayConfig) (_ *Gateway, err error) {
 		return nil, fmt.Errorf("gateway listener: %w", err)
 	}
 	g.servers = append(g.servers, served{"gateway", gw.Server(), gw.Listener(ln)})
+	socks := gw.SOCKSServer()
+	if cfg.Gateway.SOCKSAddr != "" {
+		sln, err := net.Listen("tcp", cfg.Gateway.SOCKSAddr)
+		if err != nil {
+			return nil, fmt.Errorf("gateway SOCKS5 listener: %w", err)
+		}
+		g.socks = sln
+		g.servers = append(g.servers, served{"gateway-socks", socks, sln})
+	}
+	ports, err := servePorts(gw, socks, tokens.Ports())
+	g.servers = append(g.servers, ports...)
+	if err != nil {
+		return nil, err
+	}
 	if cfg.MetricsAddr != "" {
 		mln, err := net.Listen("tcp", cfg.MetricsAddr)
 		if err != nil {
@@ -141,20 +159,62 @@ func NewGateway(cfg GatewayConfig) (_ *Gateway, err error) {
 	return g, nil
 }
 
+// servePorts opens the tokens' own gateway ports (decision 0279), each served by the gateway's
+// HTTP server or socks. On an error the ports opened so far are returned, to be closed.
+func servePorts(gw *gateway.Gateway, socks *gateway.SOCKSServer, ports []access.Port) ([]served, error) {
+	var out []served
+	for _, p := range ports {
+		ln, err := net.Listen("tcp", p.Addr)
+		if err != nil {
+			return out, fmt.Errorf("token %s's gateway port: %w", p.Caller.Name, err)
+		}
+		pl, err := gw.PortListener(ln, p)
+		if err != nil {
+			ln.Close()
+			return out, err
+		}
+		var srv server = gw.Server()
+		if p.Protocol == "socks5" {
+			srv = socks
+		}
+		out = append(out, served{"gateway port " + p.Addr, srv, pl})
+	}
+	return out, nil
+}
+
+// portAddrs are the addresses of the tokens' own gateway ports, for the egress policy.
+func portAddrs(tokens *access.Tokens) []string {
+	var out []string
+	for _, p := range tokens.Ports() {
+		out = append(out, p.Addr)
+	}
+	return out
+}
+
 // Addr is the bound address of the gateway listener.
 func (g *Gateway) Addr() string { return g.servers[0].ln.Addr().String() }
 
-// MetricsAddr is the bound address of the metrics listener ("" without one).
-func (g *Gateway) MetricsAddr() string {
-	if len(g.servers) < 2 {
+// SOCKSAddr is the bound address of the SOCKS5 listener ("" without one).
+func (g *Gateway) SOCKSAddr() string {
+	if g.socks == nil {
 		return ""
 	}
-	return g.servers[1].ln.Addr().String()
+	return g.socks.Addr().String()
+}
+
+// MetricsAddr is the bound address of the metrics listener ("" without one).
+func (g *Gateway) MetricsAddr() string {
+	for _, s := range g.servers {
+		if s.name == "metrics" {
+			return s.ln.Addr().String()
+		}
+	}
+	return ""
 }
 
 // Run serves until ctx ends, with the reader and the store's sweep running beside it, then
 // shuts down within ShutdownGrace (open tunnels are cut when the process exits).
 func (g *Gateway) Run(ctx context.Context) error {
-	g.log.Info("listening", "gateway", g.Addr(), "metrics", g.MetricsAddr())
+	g.log.Info("listening", "gateway", g.Addr(), "socks", g.SOCKSAddr(), "metrics", g.MetricsAddr())
 	return g.run(ctx)
 }

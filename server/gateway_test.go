@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bufio"
 	"context"
 	"io"
 	"net"
@@ -24,8 +25,8 @@ import (
 
 // TestGatewayProcessesOverOneRedis runs two gateway-only processes (NewGateway and Run, as
 // `proxy-operator gateway` does) over one real redis-server that an operator's publisher
-// fills: a session sticks to one upstream whichever replica serves it, and each serves its
-// metrics.
+// fills: a session sticks to one upstream whichever replica serves it, each serves its
+// metrics, and the SOCKS5 listener (-gateway-socks-addr) serves beside the HTTP one.
 func TestGatewayProcessesOverOneRedis(t *testing.T) {
 	srv := redistest.Start(t)
 	client, err := redisstore.NewClient(redisstore.ClientConfig{URL: "redis://" + srv.Addr})
@@ -76,7 +77,7 @@ func TestGatewayProcessesOverOneRedis(t *testing.T) {
 	var gws []*Gateway
 	done := make(chan error, 2)
 	for range 2 {
-		g, err := NewGateway(GatewayConfig{Gateway: gateway.Config{Addr: "127.0.0.1:0"}, MetricsAddr: "127.0.0.1:0",
+		g, err := NewGateway(GatewayConfig{Gateway: gateway.Config{Addr: "127.0.0.1:0", SOCKSAddr: "127.0.0.1:0"}, MetricsAddr: "127.0.0.1:0",
 			Token: "gateway-process-token", Lease: LeaseConfig{Store: "redis://" + srv.Addr},
 			// the proxies live on 127.0.0.6x, the site on loopback too
 			Egress: EgressConfig{AllowLoopback: true, TargetAllow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}})
@@ -120,13 +121,17 @@ func TestGatewayProcessesOverOneRedis(t *testing.T) {
 			t.Fatalf("request %d through replica %d: %d %q via %s, want the session's %s", i, i%2, resp.StatusCode, body, got, stuck)
 		}
 	}
+	if got := socksFetch(t, gws[1].SOCKSAddr(), "pool-web-session-k", "gateway-process-token", siteLn.Addr().String()); got != "page" {
+		t.Errorf("through the SOCKS5 listener: %q", got)
+	}
 	resp, err := http.Get("http://" + gws[1].MetricsAddr() + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if !strings.Contains(string(b), `proxy_operator_gateway_requests_total{kind="request",outcome="ok"}`) || strings.Contains(string(b), "upstream-pw") {
+	if !strings.Contains(string(b), `proxy_operator_gateway_requests_total{kind="request",outcome="ok"}`) ||
+		!strings.Contains(string(b), `proxy_operator_gateway_requests_total{kind="socks",outcome="ok"} 1`) || strings.Contains(string(b), "upstream-pw") {
 		t.Errorf("replica metrics lack the request counter or hold a password:\n%.2000s", b)
 	}
 	cancel()
@@ -135,4 +140,39 @@ func TestGatewayProcessesOverOneRedis(t *testing.T) {
 			t.Errorf("Run: %v", err)
 		}
 	}
+}
+
+// socksFetch logs in to a SOCKS5 listener, opens a tunnel to site (an IPv4 host:port) and
+// returns the body of GET / through it.
+func socksFetch(t *testing.T, addr, user, pass, site string) string {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+	ap := netip.MustParseAddrPort(site)
+	msg := append([]byte{5, 1, 2, 1, byte(len(user))}, user...)
+	msg = append(append(msg, byte(len(pass))), pass...)
+	ip := ap.Addr().As4()
+	msg = append(append([]byte(msg), 5, 1, 0, 1), ip[:]...)
+	msg = append(msg, byte(ap.Port()>>8), byte(ap.Port()))
+	if _, err := c.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+	var ans [14]byte
+	if _, err := io.ReadFull(c, ans[:]); err != nil || ans[3] != 0 || ans[5] != 0 {
+		t.Fatalf("SOCKS5 handshake: %x %v", ans, err)
+	}
+	if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: "+site+"\r\nConnection: close\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
 }

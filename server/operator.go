@@ -70,7 +70,12 @@ type Operator struct {
 	gwSrv            *http.Server // nil without -gateway-addr
 	own              []string     // every address the listeners answer on (listen)
 	gwLn             net.Listener
-	demoSrv          *http.Server // the demo site; nil without -demo-proxies and -demo-site-addr
+	socksSrv         *gateway.SOCKSServer // nil without -gateway-socks-addr or a token's socks5 port
+	socksLn          net.Listener
+	ports            []access.Port  // the tokens' own gateway ports (decision 0279)
+	portLns          []net.Listener // theirs, bound by listen, then each a PortListener
+	portSrvs         []served       // theirs, built by buildServers
+	demoSrv          *http.Server   // the demo site; nil without -demo-proxies and -demo-site-addr
 	demoLn           net.Listener
 	// hookCreds are the hook listener's TLS certificate and token (nil: plain HTTP, no token).
 	hookCreds *hookauth.Credentials
@@ -113,6 +118,9 @@ func New(cfg Config) (_ *Operator, err error) {
 	}
 	tokens, err := o.loadTokens()
 	if err != nil {
+		return nil, err
+	}
+	if own, err = o.listenPorts(own, tokens.Ports()); err != nil {
 		return nil, err
 	}
 	egress, err := o.buildEgress(own)
@@ -230,6 +238,12 @@ func (o *Operator) listen() (own []string, err error) {
 			return nil, fmt.Errorf("gateway listener: %w", err)
 		}
 		own = append(own, o.gwLn.Addr().String(), cfg.Gateway.Addr)
+		if cfg.Gateway.SOCKSAddr != "" {
+			if o.socksLn, err = net.Listen("tcp", cfg.Gateway.SOCKSAddr); err != nil {
+				return nil, fmt.Errorf("gateway SOCKS5 listener: %w", err)
+			}
+			own = append(own, o.socksLn.Addr().String(), cfg.Gateway.SOCKSAddr)
+		}
 	}
 	// The demo site is a crawl target, not one of the operator's own listeners: it stays out of own.
 	if cfg.Demo.Proxies > 0 && cfg.Demo.SiteAddr != "" {
@@ -237,6 +251,22 @@ func (o *Operator) listen() (own []string, err error) {
 			return nil, fmt.Errorf("demo site listener: %w", err)
 		}
 		o.demoSrv = demoSiteServer()
+	}
+	return own, nil
+}
+
+// listenPorts binds the tokens' own gateway ports (decision 0279) and adds them to own.
+func (o *Operator) listenPorts(own []string, ports []access.Port) ([]string, error) {
+	if len(ports) > 0 && o.gwLn == nil {
+		return nil, fmt.Errorf("the tokens file names gateway ports (token %s's %s) but -gateway-addr is off", ports[0].Caller.Name, ports[0].Addr)
+	}
+	for _, p := range ports {
+		ln, err := net.Listen("tcp", p.Addr)
+		if err != nil {
+			return nil, fmt.Errorf("token %s's gateway port: %w", p.Caller.Name, err)
+		}
+		o.ports, o.portLns = append(o.ports, p), append(o.portLns, ln)
+		own = append(own, ln.Addr().String(), p.Addr)
 	}
 	return own, nil
 }
@@ -452,6 +482,21 @@ func (o *Operator) buildServers(h *hooks.Hooks, disc *discovery.Discovery, token
 		memLimit, _ := membudget.Limit(o.cfg.Hooks.MemoryLimit)
 		gw.Budget = gateway.BudgetFor(memLimit)
 		o.gwSrv, o.gwLn = gw.Server(), gw.Listener(o.gwLn)
+		if o.socksLn != nil || len(o.ports) > 0 {
+			o.socksSrv = gw.SOCKSServer()
+		}
+		for i, p := range o.ports {
+			pl, err := gw.PortListener(o.portLns[i], p)
+			if err != nil {
+				return err
+			}
+			o.portLns[i] = pl
+			var srv server = gw.Server()
+			if p.Protocol == "socks5" {
+				srv = o.socksSrv
+			}
+			o.portSrvs = append(o.portSrvs, served{"gateway port " + p.Addr, srv, pl})
+		}
 		disc.Sites = gw // /v1/sites reads its pacer
 	}
 	return nil
@@ -535,7 +580,7 @@ func (o *Operator) close() {
 		o.events.Shutdown()
 		o.events = nil
 	}
-	for _, ln := range []net.Listener{o.hookLn, o.discLn, o.echoLn, o.gwLn} {
+	for _, ln := range append([]net.Listener{o.hookLn, o.discLn, o.echoLn, o.gwLn, o.socksLn}, o.portLns...) {
 		if ln != nil {
 			_ = ln.Close()
 		}
@@ -589,6 +634,14 @@ func (o *Operator) GatewayAddr() string {
 	return o.gwLn.Addr().String()
 }
 
+// GatewaySOCKSAddr is the bound address of the gateway's SOCKS5 listener ("" without one).
+func (o *Operator) GatewaySOCKSAddr() string {
+	if o.socksLn == nil {
+		return ""
+	}
+	return o.socksLn.Addr().String()
+}
+
 // Fleet is the process's fleet view.
 func (o *Operator) Fleet() *fleet.View { return o.fleet }
 
@@ -615,7 +668,7 @@ func (o *Operator) Run(ctx context.Context) error {
 	defer cancel()
 	defer o.close()
 	log := o.log
-	log.Info("listening", "hooks", o.HookAddr(), "discovery", o.DiscoveryAddr(), "gateway", o.GatewayAddr())
+	log.Info("listening", "hooks", o.HookAddr(), "discovery", o.DiscoveryAddr(), "gateway", o.GatewayAddr(), "socks", o.GatewaySOCKSAddr())
 
 	// Background loops return nil when ctx ends; an early return is a failure of the process.
 	background := []func(context.Context) error{o.sched.Run, o.store.Run, o.geo.Run}
@@ -651,6 +704,12 @@ func (o *Operator) Run(ctx context.Context) error {
 	if o.gwSrv != nil {
 		go func() { errc <- fmt.Errorf("gateway server: %w", o.gwSrv.Serve(o.gwLn)) }()
 	}
+	if o.socksLn != nil {
+		go func() { errc <- fmt.Errorf("gateway SOCKS5 server: %w", o.socksSrv.Serve(o.socksLn)) }()
+	}
+	for _, s := range o.portSrvs {
+		go func() { errc <- fmt.Errorf("%s: %w", s.name, s.srv.Serve(s.ln)) }()
+	}
 	if o.demoSrv != nil {
 		go func() { errc <- fmt.Errorf("demo site: %w", o.demoSrv.Serve(o.demoLn)) }()
 	}
@@ -675,6 +734,12 @@ func (o *Operator) Run(ctx context.Context) error {
 	}
 	if o.gwSrv != nil {
 		stopping.Go(func() { gwErr = o.gwSrv.Shutdown(sctx) })
+	}
+	if o.socksSrv != nil {
+		stopping.Go(func() { _ = o.socksSrv.Shutdown(sctx) })
+	}
+	for _, s := range o.portSrvs {
+		stopping.Go(func() { _ = s.srv.Shutdown(sctx) })
 	}
 	if o.demoSrv != nil {
 		stopping.Go(func() { _ = o.demoSrv.Shutdown(sctx) })

@@ -5,14 +5,18 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/proxy-operator/proxy-operator/internal/redistest"
 	"github.com/proxy-operator/proxy-operator/providers/factory"
 	"github.com/proxy-operator/proxy-operator/providers/mock"
 	"github.com/proxy-operator/proxy-operator/server"
+	"github.com/proxy-operator/proxy-operator/server/gateway"
 )
 
 func get(t *testing.T, url string) (int, string) {
@@ -129,4 +133,121 @@ func runOperator(t *testing.T, op *server.Operator) context.Context {
 		}
 	})
 	return ctx
+}
+
+// TestOperatorServesSOCKSAndTokenPorts: with -gateway-socks-addr and a tokens file that gives a
+// token ports of its own, the operator serves them all beside the gateway (decisions 0277,
+// 0279) and frees them on stop; ports without -gateway-addr stop the start.
+func TestOperatorServesSOCKSAndTokenPorts(t *testing.T) {
+	file, httpPort, socksPort := tokenPortsFile(t)
+	cfg := server.Config{Hooks: server.HooksConfig{Addr: "127.0.0.1:0"}, Discovery: server.DiscoveryAPIConfig{Addr: "127.0.0.1:0", TokenFile: file}}
+	if _, err := server.New(cfg); err == nil || !strings.Contains(err.Error(), "-gateway-addr is off") {
+		t.Errorf("token ports without the gateway: %v, want an error", err)
+	}
+	cfg.Gateway = gateway.Config{Addr: "127.0.0.1:0", SOCKSAddr: "127.0.0.1:0"}
+	op, err := server.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- op.Run(ctx) }()
+	checkTokenPorts(t, op.GatewayAddr(), op.GatewaySOCKSAddr(), httpPort, socksPort)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run after cancel: %v", err)
+	}
+	for _, a := range []string{op.GatewayAddr(), op.GatewaySOCKSAddr(), httpPort, socksPort} {
+		ln, err := net.Listen("tcp", a)
+		if err != nil {
+			t.Errorf("port %s still held after Run returned: %v", a, err)
+			continue
+		}
+		ln.Close()
+	}
+}
+
+// tokenPortsFile writes a tokens file whose one token has an HTTP and a SOCKS5 port of its own
+// on free loopback ports, and returns it and the ports.
+func tokenPortsFile(t *testing.T) (file, httpPort, socksPort string) {
+	t.Helper()
+	free := func() string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		return ln.Addr().String()
+	}
+	httpPort, socksPort = free(), free()
+	file = filepath.Join(t.TempDir(), "tokens.yaml")
+	if err := os.WriteFile(file, []byte("tokens:\n  - {name: team, token: team-token-0123456789, namespaces: [\"*\"], right: lease,\n"+
+		"     ports: [{addr: \""+httpPort+"\", protocol: http, username: pool-web}, {addr: \""+socksPort+"\", protocol: socks5}]}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return file, httpPort, socksPort
+}
+
+// checkTokenPorts: without credentials the shared listeners refuse (407; SOCKS5 no acceptable
+// method) and the token's ports let the client in (SOCKS5 "no authentication" chosen; HTTP
+// anything but 407, the fleet being empty or warming up).
+func checkTokenPorts(t *testing.T, shared, sharedSOCKS, httpPort, socksPort string) {
+	t.Helper()
+	greet := func(addr string) string {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := c.Write([]byte{5, 1, 0}); err != nil {
+			t.Fatal(err)
+		}
+		b := make([]byte, 2)
+		n, _ := io.ReadFull(c, b)
+		return string(b[:n])
+	}
+	if sharedSOCKS != "" {
+		if got := greet(sharedSOCKS); got != "\x05\xff" {
+			t.Errorf("the shared SOCKS5 listener without authentication: %q, want no acceptable method", got)
+		}
+	}
+	if got := greet(socksPort); got != "\x05\x00" {
+		t.Errorf("the token's SOCKS5 port without authentication: %q, want it accepted", got)
+	}
+	status := func(proxy string) int {
+		c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: proxy})}}
+		resp, err := c.Get("http://127.0.0.1:9/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := status(shared); got != http.StatusProxyAuthRequired {
+		t.Errorf("the shared listener without credentials: %d, want 407", got)
+	}
+	if got := status(httpPort); got == http.StatusProxyAuthRequired {
+		t.Errorf("the token's HTTP port without credentials: 407, want the token's answer")
+	}
+}
+
+// TestGatewayProcessOpensTokenPorts: the gateway subcommand opens the ports the tokens file
+// gives a token too (decision 0279).
+func TestGatewayProcessOpensTokenPorts(t *testing.T) {
+	srv := redistest.Start(t)
+	file, httpPort, socksPort := tokenPortsFile(t)
+	g, err := server.NewGateway(server.GatewayConfig{Gateway: gateway.Config{Addr: "127.0.0.1:0"}, TokenFile: file,
+		Lease: server.LeaseConfig{Store: "redis://" + srv.Addr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- g.Run(ctx) }()
+	checkTokenPorts(t, g.Addr(), g.SOCKSAddr(), httpPort, socksPort)
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
 }

@@ -27,8 +27,14 @@ type replica struct {
 // (its shutdown error is the one Run reports).
 type served struct {
 	name string
-	srv  *http.Server
+	srv  server
 	ln   net.Listener
+}
+
+// server is what a replica serves on a listener: an *http.Server or the gateway's SOCKS5 server.
+type server interface {
+	Serve(net.Listener) error
+	Shutdown(context.Context) error
 }
 
 // replicaRegistry is a replica's own metrics registry (its requests, latencies, refusals,

@@ -94,6 +94,13 @@ func (t *conns) placeLocked(c *limitConn, class int) {
 	}
 }
 
+// place files c under class (a SOCKS5 connection's, which has no http.ConnState).
+func (t *conns) place(c *limitConn, class int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.placeLocked(c, class)
+}
+
 // victimLocked takes the connection to evict out of its class: the oldest of the first
 // non-empty class.
 func (t *conns) victimLocked() *limitConn {
@@ -191,12 +198,16 @@ func (t *conns) noteLogin(r *http.Request, failed, authed bool) {
 // and buffers.
 func (g *Gateway) Listener(ln net.Listener) net.Listener {
 	g.once.Do(g.init)
-	return &limitListener{Listener: ln, g: g}
+	return &limitListener{Listener: ln, g: g, overload: overloaded}
 }
 
 type limitListener struct {
 	net.Listener
 	g *Gateway
+	// overload is written to a connection refused at the bound before it is closed ("": none).
+	overload string
+	// port, when set, is the token's own listener this is (PortListener).
+	port *tokenPort
 }
 
 const overloadedBody = "gateway at its connection limit; retry after the Retry-After seconds\n"
@@ -213,7 +224,7 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		t := l.g.conns
 		if res, ok := t.reserve(l.g.connCost(), true); ok {
 			l.g.m.conns.Inc()
-			lc := &limitConn{Conn: c, class: classBusy}
+			lc := &limitConn{Conn: c, class: classBusy, port: l.port}
 			lc.release = func() {
 				t.mu.Lock()
 				t.placeLocked(lc, classBusy)
@@ -229,8 +240,10 @@ func (l *limitListener) Accept() (net.Conn, error) {
 			return lc, nil
 		}
 		l.g.m.connsRefused.Inc()
-		_ = c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
-		_, _ = io.WriteString(c, overloaded)
+		if l.overload != "" {
+			_ = c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+			_, _ = io.WriteString(c, l.overload)
+		}
 		_ = c.Close()
 	}
 }
@@ -239,6 +252,7 @@ type limitConn struct {
 	net.Conn
 	once    sync.Once
 	release func()
+	port    *tokenPort
 
 	// Guarded by conns.mu.
 	elem           *list.Element

@@ -11,7 +11,9 @@ import (
 // gateway subcommand.
 type Config struct {
 	// Addr is the listen address; empty: no gateway (the operator's default).
-	Addr             string
+	Addr string
+	// SOCKSAddr is the SOCKS5 listen address (socks.go); empty: none.
+	SOCKSAddr        string
 	RulesFile        string
 	LeaseTTL         time.Duration
 	MaxTries         int
@@ -34,6 +36,7 @@ func DefaultConfig() Config {
 // what an empty address means where the flags are used.
 func (c *Config) RegisterFlags(fs *flag.FlagSet, addrUsage string) {
 	fs.StringVar(&c.Addr, "gateway-addr", c.Addr, addrUsage)
+	fs.StringVar(&c.SOCKSAddr, "gateway-socks-addr", c.SOCKSAddr, "listen address of the gateway's SOCKS5 listener (RFC 1928 CONNECT, username/password as on the HTTP listener: the username grammar and a discovery token); empty: none")
 	fs.StringVar(&c.RulesFile, "gateway-rules", c.RulesFile, "YAML file of ban rules for plain-HTTP answers (default rules: 429 rate_limited, 403 banned; docs/api.md)")
 	fs.DurationVar(&c.LeaseTTL, "gateway-lease-ttl", c.LeaseTTL, "TTL of the gateway's leases (renewed at half while in use, so a crashed gateway's leases end soon)")
 	fs.IntVar(&c.MaxTries, "gateway-max-tries", c.MaxTries, "upstreams one request or tunnel may try, the first included")

@@ -74,7 +74,12 @@ func (g *Gateway) checkTarget(r *http.Request, kind string) error {
 	if err != nil || n == 0 {
 		return httpx.Errorf(http.StatusBadRequest, "port %.10q is not a port", port)
 	}
-	err = g.Egress.CheckTarget(host, uint16(n))
+	return g.checkAddr(hostport, host, uint16(n))
+}
+
+// checkAddr is checkTarget for host and port, hostport naming them in the refusal.
+func (g *Gateway) checkAddr(hostport, host string, port uint16) error {
+	err := g.Egress.CheckTarget(host, port)
 	var de *netpolicy.DeniedError
 	switch {
 	case err == nil:

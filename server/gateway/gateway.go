@@ -1,5 +1,6 @@
 // Package gateway serves the crawlers' one proxy endpoint: an HTTP/1.1 forward proxy
-// (absolute-form requests and CONNECT tunnels) that authenticates a discovery token given as
+// (absolute-form requests and CONNECT tunnels), and SOCKS5 CONNECT tunnels on a listener of
+// their own, that authenticates a discovery token given as
 // the proxy password, leases an upstream proxy from the lease store for every request, tunnel
 // or sticky session, adds that upstream's credential, and detects bans by rules, reporting
 // them to the store and retrying on another upstream. It never dials a target itself and never
@@ -14,6 +15,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
@@ -289,16 +291,12 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, kind string) err
 		return err
 	}
 	defer done()
-	if g.Fleet != nil && !g.Fleet.Complete() {
-		return &httpx.Error{Code: http.StatusServiceUnavailable, RetryAfter: max(1, int(time.Until(g.Fleet.CompleteAt()).Seconds()+1)),
-			Message: "fleet view still warming up after a restart; retry after the Retry-After seconds"}
-	}
 	if err := g.checkTarget(r, kind); err != nil {
 		return err
 	}
 	pick := pick{caller: caller, sel: sel}
 	if kind == kindTunnel {
-		return g.tunnel(w, r, pick)
+		return g.connect(w, r, pick)
 	}
 	if !r.URL.IsAbs() {
 		return httpx.Errorf(http.StatusBadRequest, "the gateway is a forward proxy: send absolute-form requests (GET http://site/path) or CONNECT host:port, e.g. with HTTP_PROXY and HTTPS_PROXY")
@@ -321,71 +319,118 @@ type pick struct {
 // authenticate reads Proxy-Authorization: Basic with the username grammar and a discovery
 // token as the password. Every refusal is a 407 saying what is wrong, never echoing the token.
 func (g *Gateway) authenticate(r *http.Request) (*access.Caller, Selection, error) {
-	deny := func(reason, format string, args ...any) (*access.Caller, Selection, error) {
-		g.m.authFailures.WithLabelValues(reason).Inc()
-		if reason != "missing" {
-			// A client that asks first without credentials (the challenge) has not failed.
-			g.Logins.Failed(r, reason)
-		}
-		return nil, Selection{}, httpx.Errorf(http.StatusProxyAuthRequired, format, args...)
-	}
-	if wait := g.Logins.Wait(r); wait > 0 {
-		g.m.authFailures.WithLabelValues("throttled").Inc()
-		return nil, Selection{}, &httpx.Error{Code: http.StatusTooManyRequests, RetryAfter: httpx.RetryAfter(wait), Err: errLoginThrottled,
-			Message: "too many failed logins from this address; retry after the Retry-After seconds"}
-	}
 	h := r.Header.Get("Proxy-Authorization")
 	r.Header.Del("Proxy-Authorization")
-	var user, pass string
-	if h == "" {
-		if !g.Insecure {
-			return deny("missing", "proxy authentication required: send Proxy-Authorization: Basic with a discovery token as the password (http://USERNAME:TOKEN@gateway:port)")
-		}
-	} else {
-		scheme, enc, _ := strings.Cut(strings.TrimSpace(h), " ")
-		if !strings.EqualFold(scheme, "Basic") {
-			return deny("scheme", "Proxy-Authorization scheme %.20q: the gateway accepts Basic only", scheme)
-		}
-		raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(enc))
-		if err != nil {
-			return deny("encoding", "Proxy-Authorization: the Basic credentials are not valid base64")
-		}
-		var ok bool
-		user, pass, ok = strings.Cut(string(raw), ":")
-		if !ok {
-			return deny("encoding", "Proxy-Authorization: the Basic credentials are not USERNAME:PASSWORD")
-		}
+	l := login{g: g, remote: r.RemoteAddr, attrs: []any{"method", r.Method, "path", r.URL.Path}}
+	if c, _ := r.Context().Value(connKey{}).(*limitConn); c != nil {
+		l.port = c.port
 	}
+	if wait := g.Logins.WaitAddr(l.remote); wait > 0 {
+		return l.throttled(wait)
+	}
+	if h == "" {
+		if !g.Insecure && l.port == nil && l.allowlisted() == nil {
+			return l.deny("missing", "proxy authentication required: send Proxy-Authorization: Basic with a discovery token as the password (http://USERNAME:TOKEN@gateway:port)")
+		}
+		return l.check("", "")
+	}
+	scheme, enc, _ := strings.Cut(strings.TrimSpace(h), " ")
+	if !strings.EqualFold(scheme, "Basic") {
+		return l.deny("scheme", "Proxy-Authorization scheme %.20q: the gateway accepts Basic only", scheme)
+	}
+	raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(enc))
+	if err != nil {
+		return l.deny("encoding", "Proxy-Authorization: the Basic credentials are not valid base64")
+	}
+	user, pass, ok := strings.Cut(string(raw), ":")
+	if !ok {
+		return l.deny("encoding", "Proxy-Authorization: the Basic credentials are not USERNAME:PASSWORD")
+	}
+	return l.check(user, pass)
+}
+
+// login is one login attempt, over HTTP (authenticate) or SOCKS5 (socks.go), from remote.
+type login struct {
+	g      *Gateway
+	remote string
+	attrs  []any      // what the attempt asked for, for the throttle's log line
+	port   *tokenPort // the token's own listener the connection came to (nil: a shared one)
+}
+
+// allowlisted is the token whose allowlist holds the source address (nil: none).
+func (l login) allowlisted() *access.Caller {
+	ap, err := netip.ParseAddrPort(l.remote)
+	if err != nil {
+		return nil
+	}
+	return l.g.Tokens.BySource(ap.Addr())
+}
+
+// throttled is the 429 of a source address throttled after failed logins, given without
+// looking at the credential, so a guesser learns nothing while it waits.
+func (l login) throttled(wait time.Duration) (*access.Caller, Selection, error) {
+	l.g.m.authFailures.WithLabelValues("throttled").Inc()
+	return nil, Selection{}, &httpx.Error{Code: http.StatusTooManyRequests, RetryAfter: httpx.RetryAfter(wait), Err: errLoginThrottled,
+		Message: "too many failed logins from this address; retry after the Retry-After seconds"}
+}
+
+// deny is a 407 for reason, counted and (but for a missing credential) a failure for the throttle.
+func (l login) deny(reason, format string, args ...any) (*access.Caller, Selection, error) {
+	l.g.m.authFailures.WithLabelValues(reason).Inc()
+	if reason != "missing" {
+		// A client that asks first without credentials (the challenge) has not failed.
+		l.g.Logins.FailedAddr(l.remote, reason, l.attrs...)
+	}
+	return nil, Selection{}, httpx.Errorf(http.StatusProxyAuthRequired, format, args...)
+}
+
+// check authenticates a username (the selection grammar) and a password (a discovery token).
+func (l login) check(user, pass string) (*access.Caller, Selection, error) {
+	g := l.g
 	var caller *access.Caller
 	switch {
 	case g.Insecure:
 		caller = access.Insecure
 	case pass == "":
-		return deny("no_token", "proxy password is empty: it must be a discovery token")
+		// On a token's own port, or from a source its allowlist holds, no password is that
+		// token (decisions 0279, 0278).
+		if l.port != nil {
+			caller = l.port.caller
+		} else if caller = l.allowlisted(); caller == nil {
+			return l.deny("no_token", "proxy password is empty: it must be a discovery token")
+		}
 	case g.Tokens == nil:
-		return deny("token", "the gateway has no token configured: every request is refused")
+		return l.deny("token", "the gateway has no token configured: every request is refused")
 	default:
 		c, err := g.Tokens.Token(pass)
 		if err != nil {
-			return deny("token", "proxy password is not a valid discovery token")
+			return l.deny("token", "proxy password is not a valid discovery token")
 		}
 		caller = c
 	}
 	if !caller.MayLeaseSomewhere() {
-		return deny("read_only", "token %s may read, not lease: the gateway needs a token with the lease right", caller.Name)
+		return l.deny("read_only", "token %s may read, not lease: the gateway needs a token with the lease right", caller.Name)
+	}
+	if user == "" && pass == "" && l.port != nil {
+		return caller, l.port.sel, nil // checked when the port was opened
 	}
 	sel, err := ParseUsername(user)
 	if err != nil {
-		return deny("username", "%s", err.Error())
+		return l.deny("username", "%s", err.Error())
 	}
 	if sel.Namespace != "" && !caller.MayLease(sel.Namespace) {
-		return deny("namespace", "token %s may not lease in namespace %s", caller.Name, sel.Namespace)
+		return l.deny("namespace", "token %s may not lease in namespace %s", caller.Name, sel.Namespace)
 	}
 	return caller, sel, nil
 }
 
-// admit counts a request or tunnel against its token's bound.
+// admit counts a request or tunnel against its token's bound, and holds every one back while
+// the fleet view is still filling after a restart.
 func (g *Gateway) admit(c *access.Caller) (func(), error) {
+	if g.Fleet != nil && !g.Fleet.Complete() {
+		return nil, &httpx.Error{Code: http.StatusServiceUnavailable, RetryAfter: max(1, int(time.Until(g.Fleet.CompleteAt()).Seconds()+1)),
+			Message: "fleet view still warming up after a restart; retry after the Retry-After seconds"}
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.inflight[c.Name] >= g.MaxConnsPerToken {

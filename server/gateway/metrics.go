@@ -7,6 +7,7 @@ import (
 const (
 	kindRequest = "request"
 	kindTunnel  = "tunnel"
+	kindSOCKS   = "socks" // a SOCKS5 CONNECT tunnel (socks.go)
 )
 
 // metrics are the gateway's series. Labels stay low-cardinality: kinds, outcomes, rule names
@@ -32,7 +33,7 @@ func newMetrics(reg prometheus.Registerer, perProxy bool) *metrics {
 		perProxy: perProxy,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "proxy_operator_gateway_requests_total",
-			Help: "Gateway requests and tunnels answered, by kind (request or tunnel) and outcome (ok, auth_failed, no_upstream, upstream_failed, token_limit, egress_denied, bad_request, error).",
+			Help: "Gateway requests and tunnels answered, by kind (request, tunnel: an HTTP CONNECT, socks: a SOCKS5 CONNECT) and outcome (ok, auth_failed, no_upstream, upstream_failed, token_limit, egress_denied, bad_request, error).",
 		}, []string{"kind", "outcome"}),
 		tries: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "proxy_operator_gateway_tries",
@@ -54,11 +55,11 @@ func newMetrics(reg prometheus.Registerer, perProxy bool) *metrics {
 		}, []string{"kind"}),
 		tunnels: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "proxy_operator_gateway_tunnels_active",
-			Help: "CONNECT tunnels open now.",
+			Help: "Tunnels open now, HTTP CONNECT and SOCKS5.",
 		}),
 		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "proxy_operator_gateway_auth_failures_total",
-			Help: "407 answers, by reason (missing, scheme, encoding, no_token, token, read_only, username, namespace), and 429 answers to an address throttled after too many failed logins (throttled).",
+			Help: "407 answers and SOCKS5 logins refused, by reason (missing, scheme, encoding, no_token, token, read_only, username, namespace), and 429 answers (SOCKS5: refused logins) to an address throttled after too many failed logins (throttled).",
 		}, []string{"reason"}),
 		conns: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "proxy_operator_gateway_connections",
@@ -80,7 +81,7 @@ func newMetrics(reg prometheus.Registerer, perProxy bool) *metrics {
 	for _, f := range []string{"kept", "streamed", "too_long"} {
 		m.retryBodies.WithLabelValues(f)
 	}
-	for _, k := range []string{kindRequest, kindTunnel} {
+	for _, k := range []string{kindRequest, kindTunnel, kindSOCKS} {
 		m.requests.WithLabelValues(k, "ok")
 		m.tries.WithLabelValues(k)
 	}

@@ -119,12 +119,16 @@ func sourceOf(remote string) netip.Prefix {
 // Wait is how long requests from r's source address are refused now (0: not refused). A
 // refused request should be answered 429 with Retry-After, without looking at its credential,
 // so a guesser learns nothing while it waits.
-func (t *LoginThrottle) Wait(r *http.Request) time.Duration {
+func (t *LoginThrottle) Wait(r *http.Request) time.Duration { return t.WaitAddr(r.RemoteAddr) }
+
+// WaitAddr is Wait for a connection that is no HTTP request (the gateway's SOCKS5 listener),
+// by its remote address.
+func (t *LoginThrottle) WaitAddr(remote string) time.Duration {
 	if t == nil {
 		return 0
 	}
 	t.once.Do(t.init)
-	key := sourceOf(r.RemoteAddr)
+	key := sourceOf(remote)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	e := t.m[key]
@@ -141,11 +145,17 @@ func RetryAfter(d time.Duration) int {
 
 // Failed records a failed login from r's source address and logs it (sampled) with reason.
 func (t *LoginThrottle) Failed(r *http.Request, reason string) {
+	t.FailedAddr(r.RemoteAddr, reason, "method", r.Method, "path", r.URL.Path)
+}
+
+// FailedAddr is Failed for a connection that is no HTTP request, by its remote address; attrs
+// say what it asked for in the log line.
+func (t *LoginThrottle) FailedAddr(remote, reason string, attrs ...any) {
 	if t == nil {
 		return
 	}
 	t.once.Do(t.init)
-	key := sourceOf(r.RemoteAddr)
+	key := sourceOf(remote)
 	now := t.Now()
 	t.mu.Lock()
 	e := t.m[key]
@@ -172,8 +182,8 @@ func (t *LoginThrottle) Failed(r *http.Request, reason string) {
 	log, suppressed := t.sampleLocked(now)
 	t.mu.Unlock()
 	if log {
-		t.Log.Warn(t.Message, "listener", t.Listener, "reason", reason, "remote", r.RemoteAddr,
-			"method", r.Method, "path", r.URL.Path, "failures", fails, "suppressed", suppressed)
+		t.Log.Warn(t.Message, append([]any{"listener", t.Listener, "reason", reason, "remote", remote},
+			append(attrs, "failures", fails, "suppressed", suppressed)...)...)
 	}
 }
 

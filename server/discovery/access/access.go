@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"os"
 	"slices"
 	"strings"
@@ -84,6 +85,14 @@ var Insecure = &Caller{Name: "insecure", Namespaces: []string{AllNamespaces}, Ri
 // Tokens is a set of scoped tokens.
 type Tokens struct {
 	entries []tokenEntry
+	allow   []allowEntry
+	ports   []Port
+}
+
+// allowEntry is one prefix of a token's allowlist.
+type allowEntry struct {
+	prefix netip.Prefix
+	caller *Caller
 }
 
 type tokenEntry struct {
@@ -97,6 +106,31 @@ type TokenSpec struct {
 	Token      string   `json:"token"`
 	Namespaces []string `json:"namespaces"`
 	Right      Right    `json:"right"`
+	// Allowlist holds source CIDRs whose connections to the gateway need no proxy password:
+	// they act as this token (decision 0278). Only for lease tokens; an address may be in
+	// one token's allowlist at most. The discovery API ignores it.
+	Allowlist []string `json:"allowlist,omitempty"`
+	// Ports are gateway listeners of this token's own: a connection to one needs no proxy
+	// password, and without a username it selects with the port's (decision 0279). Only for
+	// lease tokens; an address is one token's. The discovery API ignores them.
+	Ports []PortSpec `json:"ports,omitempty"`
+}
+
+// PortSpec is a gateway listener of a token's own.
+type PortSpec struct {
+	// Addr is the listen address (":8101").
+	Addr string `json:"addr"`
+	// Protocol is http (a forward proxy, as -gateway-addr) or socks5 (as -gateway-socks-addr).
+	Protocol string `json:"protocol"`
+	// Username is the selection of a connection that gives none, in the gateway's grammar
+	// (checked by the gateway at start).
+	Username string `json:"username,omitempty"`
+}
+
+// Port is a gateway listener of a token's own, with the token's caller.
+type Port struct {
+	PortSpec
+	Caller *Caller
 }
 
 type tokensFile struct {
@@ -234,9 +268,93 @@ func New(specs []TokenSpec) (*Tokens, error) {
 			return nil, fmt.Errorf("%s: the same token as an earlier entry", id)
 		}
 		names[s.Name], hashes[h] = true, true
-		t.entries = append(t.entries, tokenEntry{hash: h, caller: &Caller{Name: s.Name, Namespaces: slices.Clone(s.Namespaces), Right: s.Right}})
+		c := &Caller{Name: s.Name, Namespaces: slices.Clone(s.Namespaces), Right: s.Right}
+		t.entries = append(t.entries, tokenEntry{hash: h, caller: c})
+		if err := t.addAllowlist(id, c, s.Allowlist); err != nil {
+			return nil, err
+		}
+		if err := t.addPorts(id, c, s.Ports); err != nil {
+			return nil, err
+		}
 	}
 	return t, nil
+}
+
+// addAllowlist adds c's source CIDRs: each a prefix that is not every address, of a lease
+// token, overlapping no other token's (an address names one token).
+func (t *Tokens) addAllowlist(id string, c *Caller, cidrs []string) error {
+	if len(cidrs) > 0 && c.Right != RightLease {
+		return fmt.Errorf("%s: allowlist: only a token with the lease right may have one", id)
+	}
+	for _, s := range cidrs {
+		p, err := netip.ParsePrefix(strings.TrimSpace(s))
+		if err != nil {
+			a, aerr := netip.ParseAddr(strings.TrimSpace(s))
+			if aerr != nil {
+				return fmt.Errorf("%s: allowlist %q: want a CIDR (10.0.0.0/24) or an address", id, s)
+			}
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+		if p.Addr().Is4In6() && p.Bits() >= 96 {
+			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96) // ::ffff:10.0.0.0/104 is 10.0.0.0/8
+		}
+		p = p.Masked()
+		if p.Bits() == 0 {
+			return fmt.Errorf("%s: allowlist %q is every address: no password at all is -discovery-insecure, on a trusted address only", id, s)
+		}
+		for _, o := range t.allow {
+			if o.prefix.Overlaps(p) && o.caller != c {
+				return fmt.Errorf("%s: allowlist %s overlaps token %s's %s: an address must name one token", id, p, o.caller.Name, o.prefix)
+			}
+		}
+		t.allow = append(t.allow, allowEntry{prefix: p, caller: c})
+	}
+	return nil
+}
+
+// addPorts adds c's own gateway listeners: of a lease token, each with an address no other
+// port has and a known protocol.
+func (t *Tokens) addPorts(id string, c *Caller, ports []PortSpec) error {
+	if len(ports) > 0 && c.Right != RightLease {
+		return fmt.Errorf("%s: ports: only a token with the lease right may have them", id)
+	}
+	for _, p := range ports {
+		switch {
+		case p.Addr == "":
+			return fmt.Errorf("%s: a port without addr", id)
+		case p.Protocol != "http" && p.Protocol != "socks5":
+			return fmt.Errorf("%s: port %s: protocol %q: want http or socks5", id, p.Addr, p.Protocol)
+		}
+		for _, o := range t.ports {
+			if o.Addr == p.Addr {
+				return fmt.Errorf("%s: port %s is token %s's too", id, p.Addr, o.Caller.Name)
+			}
+		}
+		t.ports = append(t.ports, Port{PortSpec: p, Caller: c})
+	}
+	return nil
+}
+
+// Ports are the tokens' own gateway listeners, in the file's order.
+func (t *Tokens) Ports() []Port {
+	if t == nil {
+		return nil
+	}
+	return slices.Clone(t.ports)
+}
+
+// BySource is the token whose allowlist holds addr (nil: none).
+func (t *Tokens) BySource(addr netip.Addr) *Caller {
+	if t == nil {
+		return nil
+	}
+	addr = addr.Unmap()
+	for _, e := range t.allow {
+		if e.prefix.Contains(addr) {
+			return e.caller
+		}
+	}
+	return nil
 }
 
 // Len is the number of tokens.

@@ -3,6 +3,7 @@ package access
 import (
 	"errors"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -120,6 +121,13 @@ func TestParseRejects(t *testing.T) {
 		{"bad right", "tokens:\n  - {name: a, token: abc-0123456789abcdef, namespaces: [x], right: admin}\n", `right "admin"`},
 		{"unknown field", "tokens:\n  - {name: a, token: abc-0123456789abcdef, namespaces: [x], right: read, admin: true}\n", "unknown field"},
 		{"duplicate line token", "abc-0123456789abcdef\nabc-0123456789abcdef\n", "same token"},
+		{"allowlist of a read token", "tokens:\n  - {name: a, token: abc-0123456789abcdef, namespaces: [x], right: read, allowlist: [10.0.0.0/8]}\n", "only a token with the lease right"},
+		{"allowlist not a CIDR", "tokens:\n  - {name: a, token: abc-0123456789abcdef, namespaces: [x], right: lease, allowlist: [10.0.0.0/33]}\n", `allowlist "10.0.0.0/33"`},
+		{"allowlist of every address", "tokens:\n  - {name: a, token: abc-0123456789abcdef, namespaces: [x], right: lease, allowlist: ['::/0']}\n", "every address"},
+		{"ports of a read token", "tokens:\n  - {name: a, token: abc-0123456789abcdef, namespaces: [x], right: read, ports: [{addr: ':8101', protocol: http}]}\n", "only a token with the lease right"},
+		{"port protocol", "tokens:\n  - {name: a, token: abc-0123456789abcdef, namespaces: [x], right: lease, ports: [{addr: ':8101', protocol: socks4}]}\n", `protocol "socks4"`},
+		{"port twice", "tokens:\n  - {name: a, token: abc-0123456789abcdef, namespaces: [x], right: lease, ports: [{addr: ':8101', protocol: http}]}\n  - {name: b, token: abd-0123456789abcdef, namespaces: [x], right: lease, ports: [{addr: ':8101', protocol: socks5}]}\n", "port :8101 is token a's too"},
+		{"allowlists overlap", "tokens:\n  - {name: a, token: abc-0123456789abcdef, namespaces: [x], right: lease, allowlist: [10.1.0.0/16]}\n  - {name: b, token: abd-0123456789abcdef, namespaces: [x], right: lease, allowlist: [10.1.2.3]}\n", "overlaps token a's 10.1.0.0/16"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -161,5 +169,27 @@ func TestShortTokenRefused(t *testing.T) {
 	}
 	if _, err := Parse([]byte("exactly-16-chars\n")); err != nil {
 		t.Errorf("a 16-character token: %v", err)
+	}
+}
+
+// TestAllowlist: a source address in a token's allowlist names that token (an IPv4-mapped
+// address too); any other names none.
+func TestAllowlist(t *testing.T) {
+	tk, err := Parse([]byte("tokens:\n  - {name: office, token: abc-0123456789abcdef, namespaces: [x], right: lease, allowlist: [192.0.2.0/24, '2001:db8::1']}\n" +
+		"  - {name: ci, token: abd-0123456789abcdef, namespaces: [y], right: lease, allowlist: ['::ffff:198.51.100.0/120']}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ addr, want string }{
+		{"192.0.2.77", "office"}, {"::ffff:192.0.2.1", "office"}, {"2001:db8::1", "office"}, {"2001:db8::2", ""},
+		{"198.51.100.9", "ci"}, {"198.51.101.9", ""}, {"127.0.0.1", ""},
+	} {
+		got := ""
+		if c := tk.BySource(netip.MustParseAddr(tc.addr)); c != nil {
+			got = c.Name
+		}
+		if got != tc.want {
+			t.Errorf("BySource(%s) = %q, want %q", tc.addr, got, tc.want)
+		}
 	}
 }
