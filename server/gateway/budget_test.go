@@ -118,3 +118,93 @@ func TestRetryBodyOnlyWithinBudget(t *testing.T) {
 		})
 	}
 }
+
+// TestOneTokenCannotFillTheBudget: a token's requests and tunnels in flight hold at most its
+// fair share of the memory budget (decision 0274); past it they are answered 429 memory_share,
+// so another token's crawler still connects and is served (issue 30: 600 PUTs with one token
+// filled the budget with busy connections and legitimate connections were cut).
+func TestOneTokenCannotFillTheBudget(t *testing.T) {
+	e := newEnv(t, 8, func(g *gateway.Gateway) {
+		g.MaxHeaderBytes = 4096
+		g.Budget = membudget.New(8*connCost, 1)
+	})
+	e.addUpstream(t, "team/p9", "127.0.0.19", map[string]string{"pool": "web"}, 100)
+	srv, _ := tlsSite(t)
+	host := strings.TrimPrefix(srv.URL, "https://")
+	open, refused := 0, 0
+	for i := range 8 {
+		c, err := net.Dial("tcp", e.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+		fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\nProxy-Authorization: %s\r\n\r\n", host, host, basicAuth(fmt.Sprintf("session-f%d", i), token))
+		resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: http.MethodConnect})
+		if err != nil {
+			t.Fatalf("tunnel %d: %v", i, err)
+		}
+		switch {
+		case resp.StatusCode == http.StatusOK:
+			open++
+		case resp.StatusCode == http.StatusTooManyRequests && resp.Header.Get(gateway.HeaderError) == gateway.ReasonMemoryShare:
+			refused++
+		default:
+			t.Fatalf("tunnel %d: %d %s, want 200 or 429 %s", i, resp.StatusCode, resp.Header.Get(gateway.HeaderError), gateway.ReasonMemoryShare)
+		}
+	}
+	if refused == 0 {
+		t.Errorf("one token opened %d tunnels filling the whole budget; want those past its share refused", open)
+	}
+	s := newSite(t, nil)
+	status, _, body := rawProxy(t, e.addr, http.MethodGet, s.addr, basicAuth("", teamToken))
+	if status != http.StatusOK || !strings.Contains(body, "hello") {
+		t.Errorf("another token's crawler beside them: %d %q, want 200 from the site", status, body)
+	}
+}
+
+// TestRetryBufferEvictsNoConnection: a retry buffer takes only free budget: a crawler's
+// connection whose head is not read yet is not evicted to keep another request's body; that
+// body streams once instead (issue 30: the retry buffers of 600 PUTs evicted legitimate
+// connections before their heads were read).
+func TestRetryBufferEvictsNoConnection(t *testing.T) {
+	e := newEnv(t, 1, func(g *gateway.Gateway) {
+		g.MaxHeaderBytes = 4096
+		g.Budget = membudget.New(3*connCost+50_000, 1)
+	})
+	s := newSite(t, func(w http.ResponseWriter, r *http.Request, _ string) {
+		n, _ := io.Copy(io.Discard, r.Body)
+		fmt.Fprintf(w, "got %d\n", n)
+	})
+	slow, err := net.Dial("tcp", e.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	waitFor(t, "the slow crawler's connection counted", func() bool {
+		return testMetric(t, e, "proxy_operator_gateway_connections", "") == 1
+	})
+	req, _ := http.NewRequest(http.MethodPut, s.url("/put"), bytes.NewReader(make([]byte, 100_000)))
+	resp, err := e.client("", token).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || string(b) != "got 100000\n" {
+		t.Fatalf("PUT: %d %q, want the whole body relayed", resp.StatusCode, b)
+	}
+	if got := testMetric(t, e, "proxy_operator_gateway_retry_bodies_total", "streamed"); got != 1 {
+		t.Errorf("retry bodies streamed = %v, want 1", got)
+	}
+	_ = slow.SetDeadline(time.Now().Add(20 * time.Second))
+	fmt.Fprintf(slow, "GET %s HTTP/1.1\r\nHost: %s\r\nProxy-Authorization: %s\r\n\r\n", s.url("/"), s.addr, basicAuth("", token))
+	res, err := http.ReadResponse(bufio.NewReader(slow), nil)
+	if err != nil {
+		t.Fatalf("the slow crawler's request: %v, want an answer (was its connection evicted?)", err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Errorf("the slow crawler's request: %d, want 200", res.StatusCode)
+	}
+}
