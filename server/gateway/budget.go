@@ -92,6 +92,7 @@ type conns struct {
 	open    int
 	classes [numClasses]list.List
 	byToken map[string]int64
+	grace   time.Duration // newGrace; tests set it longer
 }
 
 // connKey carries a request's *limitConn in its context (Server's ConnContext).
@@ -119,7 +120,7 @@ func (t *conns) victimLocked() *limitConn {
 			continue
 		}
 		c := e.Value.(*limitConn)
-		if class == classNew && i < len(evictionOrder)-1 && now.Sub(c.since) < newGrace {
+		if class == classNew && i < len(evictionOrder)-1 && now.Sub(c.since) < t.grace {
 			continue // the oldest new one is within its grace, so all are
 		}
 		t.placeLocked(c, classBusy)

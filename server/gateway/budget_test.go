@@ -208,3 +208,44 @@ func TestRetryBufferEvictsNoConnection(t *testing.T) {
 		t.Errorf("the slow crawler's request: %d, want 200", res.StatusCode)
 	}
 }
+
+// TestNewConnectionOutlivesIdleOnes: within its grace a new connection, whose head the gateway
+// has not read yet, is evicted only after idle keep-alive connections (decision 0274): a
+// crawler's fresh connection is not cut for a newcomer while an idle one could go.
+func TestNewConnectionOutlivesIdleOnes(t *testing.T) {
+	e := newEnv(t, 1, func(g *gateway.Gateway) {
+		g.MaxHeaderBytes = 4096
+		g.Budget = membudget.New(2*connCost, 1)
+	})
+	e.gw.SetNewConnGrace(time.Hour)
+	s := newSite(t, nil)
+	idle := e.client("", token) // keeps its connection idle after the answer
+	if resp, body := get(t, idle, s.url("/")); resp.StatusCode != http.StatusOK {
+		t.Fatalf("keep-alive crawler: %d %q", resp.StatusCode, body)
+	}
+	waitFor(t, "the keep-alive connection idle", func() bool { return e.gw.IdleConns() == 1 })
+	fresh, err := net.Dial("tcp", e.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	waitFor(t, "two connections counted", func() bool { return testMetric(t, e, "proxy_operator_gateway_connections", "") == 2 })
+	newcomer, err := net.Dial("tcp", e.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer newcomer.Close()
+	waitFor(t, "one connection evicted", func() bool {
+		return testMetric(t, e, "proxy_operator_gateway_connections_evicted_total", "") == 1
+	})
+	_ = fresh.SetDeadline(time.Now().Add(20 * time.Second))
+	fmt.Fprintf(fresh, "GET %s HTTP/1.1\r\nHost: %s\r\nProxy-Authorization: %s\r\n\r\n", s.url("/"), s.addr, basicAuth("", token))
+	res, err := http.ReadResponse(bufio.NewReader(fresh), nil)
+	if err != nil {
+		t.Fatalf("the fresh connection's request: %v, want an answer (evicted before the idle one?)", err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Errorf("the fresh connection's request: %d, want 200", res.StatusCode)
+	}
+}

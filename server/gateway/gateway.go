@@ -205,7 +205,7 @@ func (g *Gateway) init() {
 		limit, _ := membudget.Limit(0)
 		g.Budget = BudgetFor(limit)
 	}
-	g.conns = &conns{g: g, budget: g.Budget, now: time.Now, byToken: map[string]int64{}}
+	g.conns = &conns{g: g, budget: g.Budget, now: time.Now, byToken: map[string]int64{}, grace: newGrace}
 	if g.Logins == nil {
 		g.Logins = &httpx.LoginThrottle{Listener: "gateway", Message: "gateway login failed", Log: g.Log, Now: g.Now}
 	}
