@@ -95,23 +95,7 @@ func TestRetryBodyOnlyWithinBudget(t *testing.T) {
 				g.MaxHeaderBytes = 4096
 				g.Budget = membudget.New(tc.budget, 1)
 			})
-			s := newSite(t, func(w http.ResponseWriter, r *http.Request, _ string) {
-				n, _ := io.Copy(io.Discard, r.Body)
-				fmt.Fprintf(w, "got %d\n", n)
-			})
-			req, _ := http.NewRequest(http.MethodPut, s.url("/put"), bytes.NewReader(make([]byte, 100_000)))
-			resp, err := e.client("", token).Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK || string(b) != "got 100000\n" {
-				t.Fatalf("PUT: %d %q, want the whole body relayed", resp.StatusCode, b)
-			}
-			if got := testMetric(t, e, "proxy_operator_gateway_retry_bodies_total", tc.fate); got != 1 {
-				t.Errorf("retry bodies %s = %v, want 1", tc.fate, got)
-			}
+			putWhole(t, e, newCountingSite(t), tc.fate)
 			if got := e.gw.Budget.InUse(); got > 2*connCost {
 				t.Errorf("%d bytes of budget held after the request, want only connections", got)
 			}
@@ -172,10 +156,7 @@ func TestRetryBufferEvictsNoConnection(t *testing.T) {
 		g.MaxHeaderBytes = 4096
 		g.Budget = membudget.New(3*connCost+50_000, 1)
 	})
-	s := newSite(t, func(w http.ResponseWriter, r *http.Request, _ string) {
-		n, _ := io.Copy(io.Discard, r.Body)
-		fmt.Fprintf(w, "got %d\n", n)
-	})
+	s := newCountingSite(t)
 	slow, err := net.Dial("tcp", e.addr)
 	if err != nil {
 		t.Fatal(err)
@@ -184,29 +165,8 @@ func TestRetryBufferEvictsNoConnection(t *testing.T) {
 	waitFor(t, "the slow crawler's connection counted", func() bool {
 		return testMetric(t, e, "proxy_operator_gateway_connections", "") == 1
 	})
-	req, _ := http.NewRequest(http.MethodPut, s.url("/put"), bytes.NewReader(make([]byte, 100_000)))
-	resp, err := e.client("", token).Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || string(b) != "got 100000\n" {
-		t.Fatalf("PUT: %d %q, want the whole body relayed", resp.StatusCode, b)
-	}
-	if got := testMetric(t, e, "proxy_operator_gateway_retry_bodies_total", "streamed"); got != 1 {
-		t.Errorf("retry bodies streamed = %v, want 1", got)
-	}
-	_ = slow.SetDeadline(time.Now().Add(20 * time.Second))
-	fmt.Fprintf(slow, "GET %s HTTP/1.1\r\nHost: %s\r\nProxy-Authorization: %s\r\n\r\n", s.url("/"), s.addr, basicAuth("", token))
-	res, err := http.ReadResponse(bufio.NewReader(slow), nil)
-	if err != nil {
-		t.Fatalf("the slow crawler's request: %v, want an answer (was its connection evicted?)", err)
-	}
-	res.Body.Close()
-	if res.StatusCode != http.StatusOK {
-		t.Errorf("the slow crawler's request: %d, want 200", res.StatusCode)
-	}
+	putWhole(t, e, s, "streamed")
+	servedOn(t, slow, s, "the slow crawler's request")
 }
 
 // TestNewConnectionOutlivesIdleOnes: within its grace a new connection, whose head the gateway
@@ -238,14 +198,48 @@ func TestNewConnectionOutlivesIdleOnes(t *testing.T) {
 	waitFor(t, "one connection evicted", func() bool {
 		return testMetric(t, e, "proxy_operator_gateway_connections_evicted_total", "") == 1
 	})
-	_ = fresh.SetDeadline(time.Now().Add(20 * time.Second))
-	fmt.Fprintf(fresh, "GET %s HTTP/1.1\r\nHost: %s\r\nProxy-Authorization: %s\r\n\r\n", s.url("/"), s.addr, basicAuth("", token))
-	res, err := http.ReadResponse(bufio.NewReader(fresh), nil)
+	servedOn(t, fresh, s, "the fresh connection's request")
+}
+
+// newCountingSite is a site that answers how many body bytes it received.
+func newCountingSite(t *testing.T) *site {
+	return newSite(t, func(w http.ResponseWriter, r *http.Request, _ string) {
+		n, _ := io.Copy(io.Discard, r.Body)
+		fmt.Fprintf(w, "got %d\n", n)
+	})
+}
+
+// putWhole PUTs 100,000 bytes to s through the gateway with the crawler's token, checks they
+// arrived whole, and that the retry body's fate was counted once.
+func putWhole(t *testing.T, e *env, s *site, fate string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPut, s.url("/put"), bytes.NewReader(make([]byte, 100_000)))
+	resp, err := e.client("", token).Do(req)
 	if err != nil {
-		t.Fatalf("the fresh connection's request: %v, want an answer (evicted before the idle one?)", err)
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || string(b) != "got 100000\n" {
+		t.Fatalf("PUT: %d %q, want the whole body relayed", resp.StatusCode, b)
+	}
+	if got := testMetric(t, e, "proxy_operator_gateway_retry_bodies_total", fate); got != 1 {
+		t.Errorf("retry bodies %s = %v, want 1", fate, got)
+	}
+}
+
+// servedOn sends a GET for s on c, a connection opened earlier and kept silent, and checks it
+// is answered 200: the connection was not evicted meanwhile.
+func servedOn(t *testing.T, c net.Conn, s *site, what string) {
+	t.Helper()
+	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+	fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\nProxy-Authorization: %s\r\n\r\n", s.url("/"), s.addr, basicAuth("", token))
+	res, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("%s: %v, want an answer (was its connection evicted?)", what, err)
 	}
 	res.Body.Close()
 	if res.StatusCode != http.StatusOK {
-		t.Errorf("the fresh connection's request: %d, want 200", res.StatusCode)
+		t.Errorf("%s: %d, want 200", what, res.StatusCode)
 	}
 }
