@@ -47,7 +47,7 @@ func (d *Discovery) auth(next http.Handler) http.Handler {
 		}
 		if wait := d.Logins.Wait(r); wait > 0 {
 			d.unauth.WithLabelValues(reasonThrottled).Inc()
-			httpx.WriteThrottled(w, wait)
+			httpx.WriteThrottled(w, r, wait)
 			return
 		}
 		var caller *access.Caller
@@ -85,7 +85,7 @@ const (
 func (d *Discovery) unauthorized(w http.ResponseWriter, r *http.Request, reason string) {
 	d.unauth.WithLabelValues(reason).Inc()
 	d.Logins.Failed(r, reason)
-	w.Header().Set("Connection", "close")
+	httpx.CloseAfterAnswer(w, r)
 }
 
 // mayLease refuses a caller without the lease right (a read-only token). A lease ID is a

@@ -269,6 +269,7 @@ func (d *Discovery) Server(addr string) *http.Server {
 	if n <= 0 {
 		n = DefaultMaxConns
 	}
+	limit := httpx.NewConnLimit(n)
 	return &http.Server{
 		Addr:              addr,
 		Handler:           d.Handler(),
@@ -278,7 +279,8 @@ func (d *Discovery) Server(addr string) *http.Server {
 		// Crawlers lease, report and release within seconds; one that idles longer reconnects.
 		IdleTimeout:    30 * time.Second,
 		MaxHeaderBytes: 16 << 10,
-		ConnState:      httpx.NewConnLimit(n).ConnState,
+		ConnState:      limit.ConnState,
+		ConnContext:    limit.ConnContext,
 	}
 }
 

@@ -17,11 +17,14 @@ import (
 	"github.com/proxy-operator/proxy-operator/server/httpx"
 )
 
-// The gateway's memory budget (decision 0255): one membudget.Budget holds what client
+// The gateway's memory budget (decisions 0255, 0274): one membudget.Budget holds what client
 // connections (with the head each may be reading) and retry buffers cost. A new connection
-// that does not fit evicts, in order, a connection idle after a failed login, one that never
-// authenticated (new, idle, or still sending its head), an idle one; a retry buffer that does
-// not fit (after the same evictions) is not taken: the body streams once, not retried.
+// that does not fit evicts, in order, a connection idle after a failed login (or being closed
+// after a refusal), one idle without ever authenticating, one still before its first head
+// past a short grace, an idle one, and last one within its grace. A token's requests in flight
+// (their connections and retry buffers) take at most a fair share of the budget, so one token
+// cannot fill it; a retry buffer takes only free budget within that share, evicting nothing:
+// else the body streams once, not retried.
 const (
 	// DefaultMemoryFraction of the process's memory limit is the gateway's budget.
 	DefaultMemoryFraction = 0.25
@@ -35,16 +38,24 @@ const (
 	// fdReserve is the least of the descriptor limit kept for the other listeners (hooks,
 	// discovery, metrics), the lease store, the log and the upstreams of tunnels.
 	fdReserve = 256
+	// newGrace is how long a new connection is evicted only after every idle one: room for a
+	// client to send its head and have it read on a busy machine (issue 30: a crawler's fresh
+	// connection was evicted by the next newcomer before its head was read).
+	newGrace = time.Second
 )
 
-// Eviction classes, in the order they are evicted.
+// Eviction classes; victimLocked takes them in evictionOrder.
 const (
-	classFailed = iota // idle after a failed login
-	classUnauth        // never authenticated: new, idle, or still sending a head
+	classFailed = iota // idle after a failed login, or closing after a refusal
+	classUnauth        // idle, never authenticated
+	classNew           // new: its first head not read yet
 	classIdle          // idle between requests
 	numClasses
 	classBusy = -1 // serving a request, hijacked (a tunnel) or closed: never evicted
 )
+
+// evictionOrder: classNew twice, first only its connections past newGrace.
+var evictionOrder = [...]int{classFailed, classUnauth, classNew, classIdle, classNew}
 
 // BudgetFor is the gateway's budget for a process memory limit: DefaultMemoryFraction of it.
 func BudgetFor(limit int64) *membudget.Budget {
@@ -71,13 +82,17 @@ func connCapFor(n int) int {
 	return max(16, (n-max(n/4, fdReserve))/2)
 }
 
-// conns is the table of client connections by eviction class.
+// conns is the table of client connections by eviction class, and of the budget each token's
+// requests in flight hold.
 type conns struct {
 	g       *Gateway
 	budget  *membudget.Budget
+	now     func() time.Time
 	mu      sync.Mutex
 	open    int
 	classes [numClasses]list.List
+	byToken map[string]int64
+	grace   time.Duration // newGrace; tests set it longer
 }
 
 // connKey carries a request's *limitConn in its context (Server's ConnContext).
@@ -89,6 +104,7 @@ func (t *conns) placeLocked(c *limitConn, class int) {
 		c.elem = nil
 	}
 	c.class = class
+	c.since = t.now()
 	if class != classBusy && !c.closed {
 		c.elem = t.classes[class].PushBack(c)
 	}
@@ -102,28 +118,32 @@ func (t *conns) place(c *limitConn, class int) {
 }
 
 // victimLocked takes the connection to evict out of its class: the oldest of the first
-// non-empty class.
+// non-empty class in evictionOrder.
 func (t *conns) victimLocked() *limitConn {
-	for i := range t.classes {
-		if e := t.classes[i].Front(); e != nil {
-			c := e.Value.(*limitConn)
-			t.placeLocked(c, classBusy)
-			return c
+	now := t.now()
+	for i, class := range evictionOrder {
+		e := t.classes[class].Front()
+		if e == nil {
+			continue
 		}
+		c := e.Value.(*limitConn)
+		if class == classNew && i < len(evictionOrder)-1 && now.Sub(c.since) < t.grace {
+			continue // the oldest new one is within its grace, so all are
+		}
+		t.placeLocked(c, classBusy)
+		return c
 	}
 	return nil
 }
 
-// reserve takes w of the budget, evicting connections while it does not fit (and while the
-// connection count is at MaxConns, for a connection); false when nothing is left to evict.
-func (t *conns) reserve(w int64, conn bool) (*membudget.Reservation, bool) {
+// reserveConn takes a connection's cost of the budget, evicting connections while it does not
+// fit or the count is at MaxConns; false when nothing is left to evict.
+func (t *conns) reserveConn(w int64) (*membudget.Reservation, bool) {
 	for {
 		t.mu.Lock()
-		if !conn || t.open < t.g.MaxConns {
+		if t.open < t.g.MaxConns {
 			if res, err := t.budget.Reserve(w); err == nil {
-				if conn {
-					t.open++
-				}
+				t.open++
 				t.mu.Unlock()
 				return res, true
 			} else if errors.Is(err, membudget.ErrTooLarge) {
@@ -141,6 +161,52 @@ func (t *conns) reserve(w int64, conn bool) (*membudget.Reservation, bool) {
 	}
 }
 
+// shareLocked is the most of the budget one token's requests in flight may hold: an equal
+// part for each token with requests in flight (name counted) and one more part, so there is
+// always room for connections still unauthenticated and for a token not yet seen.
+func (t *conns) shareLocked(name string) int64 {
+	n := len(t.byToken)
+	if _, ok := t.byToken[name]; !ok {
+		n++
+	}
+	return t.budget.Size() / int64(n+1)
+}
+
+// charge counts w against token name's share (the budget itself is held elsewhere: by the
+// connection, or by reserveFree); false, and nothing counted, past the share.
+func (t *conns) charge(name string, w int64) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.byToken[name]+w > t.shareLocked(name) {
+		return false
+	}
+	t.byToken[name] += w
+	return true
+}
+
+// uncharge gives back what charge counted.
+func (t *conns) uncharge(name string, w int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.byToken[name] -= w; t.byToken[name] <= 0 {
+		delete(t.byToken, name)
+	}
+}
+
+// reserveFree takes w of the budget for token name if it is free now and within the token's
+// share, evicting nothing (a retry buffer must not cost anyone a connection).
+func (t *conns) reserveFree(name string, w int64) (*membudget.Reservation, bool) {
+	if !t.charge(name, w) {
+		return nil, false
+	}
+	res, err := t.budget.Reserve(w)
+	if err != nil {
+		t.uncharge(name, w)
+		return nil, false
+	}
+	return res, true
+}
+
 // connState is the server's ConnState hook: it files each connection under its class.
 func (t *conns) connState(nc net.Conn, s http.ConnState) {
 	c, ok := nc.(*limitConn)
@@ -155,7 +221,7 @@ func (t *conns) connState(nc net.Conn, s http.ConnState) {
 	}
 	switch s {
 	case http.StateNew:
-		t.placeLocked(c, classUnauth)
+		t.placeLocked(c, classNew)
 	case http.StateIdle:
 		switch {
 		case c.failed:
@@ -192,6 +258,19 @@ func (t *conns) noteLogin(r *http.Request, failed, authed bool) {
 	c.authed = c.authed || authed
 }
 
+// closing files r's connection first for eviction: the gateway refused its request without
+// reading the body and closes it after the answer (net/http lingers half a second first,
+// holding the connection's share).
+func (t *conns) closing(r *http.Request) {
+	c, _ := r.Context().Value(connKey{}).(*limitConn)
+	if c == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.placeLocked(c, classFailed)
+}
+
 // Listener bounds ln to the connections the memory budget and MaxConns allow: beyond, idle
 // and unauthenticated connections are evicted first; when none is left a new connection is
 // answered 503 at once and closed, so a flood costs a few bytes each instead of a goroutine
@@ -222,7 +301,7 @@ func (l *limitListener) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		t := l.g.conns
-		if res, ok := t.reserve(l.g.connCost(), true); ok {
+		if res, ok := t.reserveConn(l.g.connCost()); ok {
 			l.g.m.conns.Inc()
 			lc := &limitConn{Conn: c, class: classBusy, port: l.port}
 			lc.release = func() {
@@ -257,6 +336,7 @@ type limitConn struct {
 	// Guarded by conns.mu.
 	elem           *list.Element
 	class          int
+	since          time.Time // placed in its class
 	authed, failed bool
 	closed         bool
 	timer          *time.Timer
@@ -278,11 +358,12 @@ func (c *limitConn) CloseWrite() error {
 
 // retryBody gives each try of a request its body. Nothing is read before the first try (so
 // before the first lease): then a body of an idempotent method, at most MaxRetryBody, is read
-// and kept for the retries if the memory budget holds it now; any other streams once and the
-// request is not retried.
+// and kept for the retries if the budget has it free now within the token's share; any other
+// streams once and the request is not retried.
 type retryBody struct {
 	g     *Gateway
 	r     *http.Request
+	token string
 	src   io.Reader
 	kept  []byte
 	res   *membudget.Reservation
@@ -290,8 +371,8 @@ type retryBody struct {
 	keep  bool
 }
 
-func (g *Gateway) newRetryBody(r *http.Request, rc *http.ResponseController, touch func()) *retryBody {
-	b := &retryBody{g: g, r: r, keep: idempotent(r.Method)}
+func (g *Gateway) newRetryBody(r *http.Request, token string, rc *http.ResponseController, touch func()) *retryBody {
+	b := &retryBody{g: g, r: r, token: token, keep: idempotent(r.Method)}
 	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
 		return b
 	}
@@ -315,7 +396,7 @@ func (b *retryBody) next() (io.ReadCloser, error) {
 	if w < 0 {
 		w = b.g.MaxRetryBody + 1 // chunked: at most that is read to be kept
 	}
-	res, ok := b.g.conns.reserve(w, false)
+	res, ok := b.g.conns.reserveFree(b.token, w)
 	if !ok {
 		b.keep = false
 		b.g.m.retryBodies.WithLabelValues("streamed").Inc()
@@ -341,7 +422,12 @@ func (b *retryBody) next() (io.ReadCloser, error) {
 func (b *retryBody) retryable() bool { return b.keep }
 
 // release gives the kept body's share of the budget back.
-func (b *retryBody) release() { b.res.Release() }
+func (b *retryBody) release() {
+	if b.res != nil {
+		b.g.conns.uncharge(b.token, b.res.Held())
+		b.res.Release()
+	}
+}
 
 // withConn is the server's ConnContext: a request finds its connection's entry.
 func withConn(ctx context.Context, c net.Conn) context.Context {

@@ -95,26 +95,151 @@ func TestRetryBodyOnlyWithinBudget(t *testing.T) {
 				g.MaxHeaderBytes = 4096
 				g.Budget = membudget.New(tc.budget, 1)
 			})
-			s := newSite(t, func(w http.ResponseWriter, r *http.Request, _ string) {
-				n, _ := io.Copy(io.Discard, r.Body)
-				fmt.Fprintf(w, "got %d\n", n)
-			})
-			req, _ := http.NewRequest(http.MethodPut, s.url("/put"), bytes.NewReader(make([]byte, 100_000)))
-			resp, err := e.client("", token).Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK || string(b) != "got 100000\n" {
-				t.Fatalf("PUT: %d %q, want the whole body relayed", resp.StatusCode, b)
-			}
-			if got := testMetric(t, e, "proxy_operator_gateway_retry_bodies_total", tc.fate); got != 1 {
-				t.Errorf("retry bodies %s = %v, want 1", tc.fate, got)
-			}
+			putWhole(t, e, newCountingSite(t), tc.fate)
 			if got := e.gw.Budget.InUse(); got > 2*connCost {
 				t.Errorf("%d bytes of budget held after the request, want only connections", got)
 			}
 		})
+	}
+}
+
+// TestOneTokenCannotFillTheBudget: a token's requests and tunnels in flight hold at most its
+// fair share of the memory budget (decision 0274); past it they are answered 429 memory_share,
+// so another token's crawler still connects and is served (issue 30: 600 PUTs with one token
+// filled the budget with busy connections and legitimate connections were cut).
+func TestOneTokenCannotFillTheBudget(t *testing.T) {
+	e := newEnv(t, 8, func(g *gateway.Gateway) {
+		g.MaxHeaderBytes = 4096
+		g.Budget = membudget.New(8*connCost, 1)
+	})
+	e.addUpstream(t, "team/p9", "127.0.0.19", map[string]string{"pool": "web"}, 100)
+	srv, _ := tlsSite(t)
+	host := strings.TrimPrefix(srv.URL, "https://")
+	open, refused := 0, 0
+	for i := range 8 {
+		c, err := net.Dial("tcp", e.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+		fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\nProxy-Authorization: %s\r\n\r\n", host, host, basicAuth(fmt.Sprintf("session-f%d", i), token))
+		resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: http.MethodConnect})
+		if err != nil {
+			t.Fatalf("tunnel %d: %v", i, err)
+		}
+		switch {
+		case resp.StatusCode == http.StatusOK:
+			open++
+		case resp.StatusCode == http.StatusTooManyRequests && resp.Header.Get(gateway.HeaderError) == gateway.ReasonMemoryShare:
+			refused++
+		default:
+			t.Fatalf("tunnel %d: %d %s, want 200 or 429 %s", i, resp.StatusCode, resp.Header.Get(gateway.HeaderError), gateway.ReasonMemoryShare)
+		}
+	}
+	if refused == 0 {
+		t.Errorf("one token opened %d tunnels filling the whole budget; want those past its share refused", open)
+	}
+	s := newSite(t, nil)
+	status, _, body := rawProxy(t, e.addr, http.MethodGet, s.addr, basicAuth("", teamToken))
+	if status != http.StatusOK || !strings.Contains(body, "hello") {
+		t.Errorf("another token's crawler beside them: %d %q, want 200 from the site", status, body)
+	}
+}
+
+// TestRetryBufferEvictsNoConnection: a retry buffer takes only free budget: a crawler's
+// connection whose head is not read yet is not evicted to keep another request's body; that
+// body streams once instead (issue 30: the retry buffers of 600 PUTs evicted legitimate
+// connections before their heads were read).
+func TestRetryBufferEvictsNoConnection(t *testing.T) {
+	e := newEnv(t, 1, func(g *gateway.Gateway) {
+		g.MaxHeaderBytes = 4096
+		g.Budget = membudget.New(3*connCost+50_000, 1)
+	})
+	s := newCountingSite(t)
+	slow, err := net.Dial("tcp", e.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	waitFor(t, "the slow crawler's connection counted", func() bool {
+		return testMetric(t, e, "proxy_operator_gateway_connections", "") == 1
+	})
+	putWhole(t, e, s, "streamed")
+	servedOn(t, slow, s, "the slow crawler's request")
+}
+
+// TestNewConnectionOutlivesIdleOnes: within its grace a new connection, whose head the gateway
+// has not read yet, is evicted only after idle keep-alive connections (decision 0274): a
+// crawler's fresh connection is not cut for a newcomer while an idle one could go.
+func TestNewConnectionOutlivesIdleOnes(t *testing.T) {
+	e := newEnv(t, 1, func(g *gateway.Gateway) {
+		g.MaxHeaderBytes = 4096
+		g.Budget = membudget.New(2*connCost, 1)
+	})
+	e.gw.SetNewConnGrace(time.Hour)
+	s := newSite(t, nil)
+	idle := e.client("", token) // keeps its connection idle after the answer
+	if resp, body := get(t, idle, s.url("/")); resp.StatusCode != http.StatusOK {
+		t.Fatalf("keep-alive crawler: %d %q", resp.StatusCode, body)
+	}
+	waitFor(t, "the keep-alive connection idle", func() bool { return e.gw.IdleConns() == 1 })
+	fresh, err := net.Dial("tcp", e.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	waitFor(t, "two connections counted", func() bool { return testMetric(t, e, "proxy_operator_gateway_connections", "") == 2 })
+	newcomer, err := net.Dial("tcp", e.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer newcomer.Close()
+	waitFor(t, "one connection evicted", func() bool {
+		return testMetric(t, e, "proxy_operator_gateway_connections_evicted_total", "") == 1
+	})
+	servedOn(t, fresh, s, "the fresh connection's request")
+}
+
+// newCountingSite is a site that answers how many body bytes it received.
+func newCountingSite(t *testing.T) *site {
+	return newSite(t, func(w http.ResponseWriter, r *http.Request, _ string) {
+		n, _ := io.Copy(io.Discard, r.Body)
+		fmt.Fprintf(w, "got %d\n", n)
+	})
+}
+
+// putWhole PUTs 100,000 bytes to s through the gateway with the crawler's token, checks they
+// arrived whole, and that the retry body's fate was counted once.
+func putWhole(t *testing.T, e *env, s *site, fate string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPut, s.url("/put"), bytes.NewReader(make([]byte, 100_000)))
+	resp, err := e.client("", token).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || string(b) != "got 100000\n" {
+		t.Fatalf("PUT: %d %q, want the whole body relayed", resp.StatusCode, b)
+	}
+	if got := testMetric(t, e, "proxy_operator_gateway_retry_bodies_total", fate); got != 1 {
+		t.Errorf("retry bodies %s = %v, want 1", fate, got)
+	}
+}
+
+// servedOn sends a GET for s on c, a connection opened earlier and kept silent, and checks it
+// is answered 200: the connection was not evicted meanwhile.
+func servedOn(t *testing.T, c net.Conn, s *site, what string) {
+	t.Helper()
+	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+	fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\nProxy-Authorization: %s\r\n\r\n", s.url("/"), s.addr, basicAuth("", token))
+	res, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("%s: %v, want an answer (was its connection evicted?)", what, err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Errorf("%s: %d, want 200", what, res.StatusCode)
 	}
 }

@@ -69,7 +69,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, p pick) error 
 	defer dog.Stop()
 	touch := func() { dog.Reset(g.IdleTimeout) }
 
-	body := g.newRetryBody(r, rc, touch) // read at the first try, after a lease (budget.go)
+	body := g.newRetryBody(r, p.caller.Name, rc, touch) // read at the first try, after a lease (budget.go)
 	defer body.release()
 	out := r.Clone(ctx)
 	out.RequestURI = ""

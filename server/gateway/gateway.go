@@ -207,7 +207,7 @@ func (g *Gateway) init() {
 		limit, _ := membudget.Limit(0)
 		g.Budget = BudgetFor(limit)
 	}
-	g.conns = &conns{g: g, budget: g.Budget}
+	g.conns = &conns{g: g, budget: g.Budget, now: time.Now, byToken: map[string]int64{}, grace: newGrace}
 	if g.Logins == nil {
 		g.Logins = &httpx.LoginThrottle{Listener: "gateway", Message: "gateway login failed", Log: g.Log, Now: g.Now}
 	}
@@ -255,6 +255,12 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		return
 	}
+	if (failed || errors.Is(err, errOverShare)) && r.ContentLength != 0 {
+		// Not reading the rest of a body refused before it was read (net/http would, first);
+		// the connection, closed after the answer, is the first to evict meanwhile.
+		w.Header().Set("Connection", "close")
+		g.conns.closing(r)
+	}
 	var rf *refusal
 	if errors.As(err, &rf) {
 		g.Log.Debug("gateway request refused", "kind", kind, "code", rf.code, "reason", rf.reason, "err", err)
@@ -273,10 +279,6 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.m.outcome(kind, outcomeOf(e.Code))
 	if e.Code == http.StatusProxyAuthRequired {
 		w.Header().Set("Proxy-Authenticate", realm)
-	}
-	if failed && r.ContentLength != 0 {
-		// Not reading the rest of a body sent without a login (net/http would, first).
-		w.Header().Set("Connection", "close")
 	}
 	httpx.WriteError(w, e)
 }
@@ -424,8 +426,14 @@ func (l login) check(user, pass string) (*access.Caller, Selection, error) {
 	return caller, sel, nil
 }
 
-// admit counts a request or tunnel against its token's bound, and holds every one back while
-// the fleet view is still filling after a restart.
+// errOverShare marks a request refused because its token is at a bound: its requests and
+// tunnels in flight, or its share of the memory budget.
+var errOverShare = errors.New("token over its share")
+
+// admit counts a request or tunnel against its token's bounds: MaxConnsPerToken, and its
+// connection's cost against the token's share of the memory budget (budget.go), so one
+// token's requests in flight cannot fill the budget every other client needs to connect; and
+// it holds every one back while the fleet view is still filling after a restart.
 func (g *Gateway) admit(c *access.Caller) (func(), error) {
 	if g.Fleet != nil && !g.Fleet.Complete() {
 		return nil, &httpx.Error{Code: http.StatusServiceUnavailable, RetryAfter: max(1, int(time.Until(g.Fleet.CompleteAt()).Seconds()+1)),
@@ -434,11 +442,18 @@ func (g *Gateway) admit(c *access.Caller) (func(), error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.inflight[c.Name] >= g.MaxConnsPerToken {
-		return nil, &httpx.Error{Code: http.StatusTooManyRequests, RetryAfter: 1,
+		return nil, &httpx.Error{Code: http.StatusTooManyRequests, RetryAfter: 1, Err: errOverShare,
 			Message: fmt.Sprintf("token %s has %d requests and tunnels in flight, its limit", c.Name, g.MaxConnsPerToken)}
+	}
+	cost := g.connCost()
+	if !g.conns.charge(c.Name, cost) {
+		return nil, refuse(http.StatusTooManyRequests, ReasonMemoryShare,
+			fmt.Sprintf("token %s holds its share of the gateway's memory with %d requests and tunnels in flight; retry after the Retry-After seconds", c.Name, g.inflight[c.Name]),
+			g.Now(), time.Time{}, time.Second, errOverShare)
 	}
 	g.inflight[c.Name]++
 	return func() {
+		g.conns.uncharge(c.Name, cost)
 		g.mu.Lock()
 		defer g.mu.Unlock()
 		if g.inflight[c.Name]--; g.inflight[c.Name] <= 0 {

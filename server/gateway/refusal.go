@@ -24,6 +24,7 @@ const (
 	ReasonQueueFull    = "queue_full"    // the site's queue is full, or its pace allowed nothing in time
 	ReasonTargetDenied = "target_denied" // the egress policy refuses the target (403, decision 0250)
 	ReasonTokenShare   = "token_share"   // the token holds its share of leases in every namespace that fits (429, decision 0259)
+	ReasonMemoryShare  = "memory_share"  // the token's requests in flight hold its share of the gateway's memory budget (429, decision 0274)
 )
 
 // refusal is a request the gateway answers itself because no upstream could take it: the

@@ -41,7 +41,7 @@ func (g *tokenGate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if wait := g.h.Logins.Wait(r); wait > 0 {
 		g.h.unauth.WithLabelValues(reasonThrottled).Inc()
-		httpx.WriteThrottled(w, wait)
+		httpx.WriteThrottled(w, r, wait)
 		return
 	}
 	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
@@ -64,7 +64,7 @@ func (g *tokenGate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (g *tokenGate) refuse(w http.ResponseWriter, r *http.Request, reason, challenge, msg string) {
 	g.h.unauth.WithLabelValues(reason).Inc()
 	g.h.Logins.Failed(r, reason)
-	w.Header().Set("Connection", "close")
+	httpx.CloseAfterAnswer(w, r)
 	w.Header().Set("WWW-Authenticate", challenge)
 	httpx.WriteError(w, httpx.Errorf(http.StatusUnauthorized, "%s", msg))
 }

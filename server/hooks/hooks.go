@@ -254,6 +254,7 @@ func (h *Hooks) Server() *http.Server {
 	if n <= 0 {
 		n = DefaultMaxConns
 	}
+	limit := httpx.NewConnLimit(n)
 	return &http.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: 5 * time.Second,
@@ -263,7 +264,8 @@ func (h *Hooks) Server() *http.Server {
 		// connection is not worth holding long.
 		IdleTimeout:    30 * time.Second,
 		MaxHeaderBytes: 64 << 10,
-		ConnState:      httpx.NewConnLimit(n).ConnState,
+		ConnState:      limit.ConnState,
+		ConnContext:    limit.ConnContext,
 		TLSConfig:      h.TLS,
 		// Failed TLS handshakes (a scanner, a caller without the CA) at debug: Metacontroller
 		// logs its side of one, and a flood must not flood the log.

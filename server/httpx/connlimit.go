@@ -1,6 +1,7 @@
 package httpx
 
 import (
+	"context"
 	"net"
 	"net/http"
 	"sync"
@@ -8,11 +9,16 @@ import (
 )
 
 // ConnLimit bounds the open connections of one http.Server (set its ConnState to
-// ConnLimit.ConnState). At the limit a new connection first takes the place of an idle
-// keep-alive one, which is closed; when none is idle the new connection is closed at once.
-// Blocking Accept instead (netutil.LimitListener) would let idle connections opened by anyone
-// who reaches the port starve the legitimate caller; closing idle ones costs a keep-alive
-// client only a reconnect. Issue 21: 15,000 idle connections held 336 MiB for two minutes.
+// ConnLimit.ConnState and its ConnContext to ConnLimit.ConnContext). At the limit a new
+// connection first takes the place of one whose last answer is written (CloseAfterAnswer),
+// then of an idle keep-alive one, which is closed; when none is either the new connection is
+// closed at once. Blocking Accept instead (netutil.LimitListener) would let idle connections
+// opened by anyone who reaches the port starve the legitimate caller; closing idle ones costs
+// a keep-alive client only a reconnect. Issue 21: 15,000 idle connections held 336 MiB for
+// two minutes. Issue 30: a connection refused with Connection: close while its body still
+// arrives stays active for net/http's half-second linger after the answer; 32 trickling
+// callers re-dialling at once kept the limit full of those, and every new connection,
+// the legitimate caller's included, was closed unanswered.
 type ConnLimit struct {
 	Max int
 
@@ -22,9 +28,41 @@ type ConnLimit struct {
 	refused atomic.Int64
 }
 
+// stateClosing marks a connection whose last answer is written: it is only lingering.
+const stateClosing http.ConnState = -1
+
 // NewConnLimit returns a limit of n connections (n < 1: 1).
 func NewConnLimit(n int) *ConnLimit {
 	return &ConnLimit{Max: max(n, 1), conns: map[net.Conn]http.ConnState{}}
+}
+
+type connLimitKey struct{}
+
+type limitedConn struct {
+	l *ConnLimit
+	c net.Conn
+}
+
+// ConnContext is the http.Server hook that lets CloseAfterAnswer find the request's connection.
+func (l *ConnLimit) ConnContext(ctx context.Context, c net.Conn) context.Context {
+	return context.WithValue(ctx, connLimitKey{}, limitedConn{l, c})
+}
+
+// CloseAfterAnswer makes the answer to r the connection's last (Connection: close), so the
+// server does not first read what is left of a body the caller may be trickling, and lets the
+// connection's ConnLimit evict it first from now on: its answer is written, net/http only
+// lingers before closing it.
+func CloseAfterAnswer(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Connection", "close")
+	lc, ok := r.Context().Value(connLimitKey{}).(limitedConn)
+	if !ok {
+		return
+	}
+	lc.l.mu.Lock()
+	defer lc.l.mu.Unlock()
+	if _, ok := lc.l.conns[lc.c]; ok {
+		lc.l.conns[lc.c] = stateClosing
+	}
 }
 
 // ConnState is the http.Server hook.
@@ -34,21 +72,15 @@ func (l *ConnLimit) ConnState(c net.Conn, s http.ConnState) {
 	switch s {
 	case http.StateNew:
 		if len(l.conns) >= l.Max {
-			var idle net.Conn
-			for o, st := range l.conns {
-				if st == http.StateIdle {
-					idle = o
-					break
-				}
-			}
-			if idle == nil {
+			victim := l.victimLocked()
+			if victim == nil {
 				l.refused.Add(1)
 				_ = c.Close()
 				return
 			}
-			delete(l.conns, idle)
+			delete(l.conns, victim)
 			l.evicted.Add(1)
-			_ = idle.Close()
+			_ = victim.Close()
 		}
 		l.conns[c] = s
 	case http.StateActive, http.StateIdle:
@@ -58,6 +90,20 @@ func (l *ConnLimit) ConnState(c net.Conn, s http.ConnState) {
 	case http.StateHijacked, http.StateClosed:
 		delete(l.conns, c)
 	}
+}
+
+// victimLocked is a connection to evict: one closing, else one idle, else nil.
+func (l *ConnLimit) victimLocked() net.Conn {
+	var idle net.Conn
+	for o, st := range l.conns {
+		switch st {
+		case stateClosing:
+			return o
+		case http.StateIdle:
+			idle = o
+		}
+	}
+	return idle
 }
 
 // Open is the number of connections counted now.
@@ -80,7 +126,7 @@ func (l *ConnLimit) Idle() int {
 	return n
 }
 
-// Evicted counts idle connections closed to make room; Refused counts new connections closed
+// Evicted counts closing or idle connections closed to make room; Refused counts new connections closed
 // because every counted one was busy.
 func (l *ConnLimit) Evicted() int64 { return l.evicted.Load() }
 

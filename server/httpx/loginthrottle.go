@@ -232,10 +232,10 @@ func (t *LoginThrottle) Addresses() int {
 	return len(t.m)
 }
 
-// WriteThrottled answers a request Wait refused: 429 with Retry-After, and Connection: close so
-// the server does not first read what is left of the body.
-func WriteThrottled(w http.ResponseWriter, wait time.Duration) {
-	w.Header().Set("Connection", "close")
+// WriteThrottled answers a request Wait refused: 429 with Retry-After, the connection's last
+// answer (CloseAfterAnswer) so the server does not first read what is left of the body.
+func WriteThrottled(w http.ResponseWriter, r *http.Request, wait time.Duration) {
+	CloseAfterAnswer(w, r)
 	WriteError(w, &Error{Code: http.StatusTooManyRequests, RetryAfter: RetryAfter(wait),
 		Message: "too many failed logins from this address; retry after the Retry-After seconds"})
 }
