@@ -137,6 +137,9 @@ type Memory struct {
 	// byTarget is the live lease per (target, proxy): at most one, see check. Its expiry is
 	// when a 409 for that target says the proxy frees up.
 	byTarget map[coolKey]*held
+	// healthKick wakes Run to re-read the verdicts at once (HealthChanged): a proxy the prober
+	// just found healthy is leasable now, not at the next HealthRefresh tick.
+	healthKick chan struct{}
 }
 
 var _ Store = (*Memory)(nil)
@@ -203,18 +206,31 @@ func NewMemory(cfg Config) *Memory {
 		cfg.MinSyncInterval = 0
 	}
 	return &Memory{
-		cfg:      cfg,
-		entries:  map[string]*entry{},
-		buckets:  map[string]*bucket{},
-		selCache: map[string][]*bucket{},
-		leases:   map[string]*held{},
-		byHolder: map[string]map[*held]struct{}{},
-		cool:     map[coolKey]*cooldown{},
-		coolBy:   map[string]int{},
-		coolNS:   map[string]*list.List{},
-		sessNS:   map[string]int{},
-		sessions: map[string]*session{},
-		byTarget: map[coolKey]*held{},
+		cfg:        cfg,
+		entries:    map[string]*entry{},
+		buckets:    map[string]*bucket{},
+		selCache:   map[string][]*bucket{},
+		leases:     map[string]*held{},
+		byHolder:   map[string]map[*held]struct{}{},
+		cool:       map[coolKey]*cooldown{},
+		coolBy:     map[string]int{},
+		coolNS:     map[string]*list.List{},
+		sessNS:     map[string]int{},
+		sessions:   map[string]*session{},
+		byTarget:   map[coolKey]*held{},
+		healthKick: make(chan struct{}, 1),
+	}
+}
+
+// HealthChanged tells the index that the prober published a new verdict; Run re-reads the
+// verdicts at once. It never blocks (the prober calls it on its loop), and kicks that come
+// while one is pending are one: a flapping fleet costs one pass per Run turn, as a tick does.
+// Without it, a proxy that /v1/proxies already shows healthy could be refused a lease as
+// unhealthy for up to HealthRefresh.
+func (m *Memory) HealthChanged() {
+	select {
+	case m.healthKick <- struct{}{}:
+	default:
 	}
 }
 
@@ -677,6 +693,8 @@ func (m *Memory) Run(ctx context.Context) error {
 		case <-reap.C:
 			m.Reap()
 		case <-refresh.C:
+			m.RefreshHealth()
+		case <-m.healthKick:
 			m.RefreshHealth()
 		}
 	}

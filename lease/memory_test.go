@@ -574,6 +574,39 @@ func TestRunFollowsTheFleet(t *testing.T) {
 	})
 }
 
+// TestHealthChangedOffersAtOnce: a proxy the prober just found healthy is leasable as soon
+// as the prober says so (HealthChanged), not at the next HealthRefresh tick (an hour here):
+// /v1/proxies shows it healthy from that moment, and a crawler that leases then must get it.
+func TestHealthChangedOffersAtOnce(t *testing.T) {
+	f := newFixture(t, spec{name: "a", max: 5, unhealthy: true})
+	f.store = NewMemory(Config{Fleet: f.view, Health: f.health, Now: f.clock.Now,
+		ReapInterval: time.Hour, HealthRefresh: time.Hour, MinSyncInterval: time.Hour})
+	if _, err := f.acquire(t, Request{TTL: time.Minute}); err == nil {
+		t.Fatal("leased an unhealthy proxy")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.store.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	f.health.set("ns/a", verdict.Healthy, 1)
+	f.store.HealthChanged()
+	f.store.HealthChanged() // a second kick while one is pending does not block
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := f.acquire(t, Request{TTL: time.Minute}); err == nil {
+			return
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the recovered proxy is still refused after HealthChanged: %v", err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // TestOneHolderPerProxyAndTarget: a proxy leased for a target is not leased for it again
 // until that lease ends, while leases for other targets or without one share it as before.
 func TestOneHolderPerProxyAndTarget(t *testing.T) {

@@ -567,10 +567,14 @@ func reportOutcome(r lease.Result) health.Outcome {
 	return health.OutcomeOK
 }
 
-// notifyTransition hands a verdict transition to the health annotation, when there is one.
+// notifyTransition hands a verdict transition to the health annotation, when there is one,
+// and to the in-memory lease index, so a proxy shown healthy is leasable at once.
 func (o *Operator) notifyTransition(key string, _ verdict.Health) {
 	if o.marker != nil {
 		o.marker.Notify(key)
+	}
+	if o.memory != nil {
+		o.memory.HealthChanged()
 	}
 }
 
