@@ -14,8 +14,8 @@ import (
 )
 
 // allowlistEnv is a gateway whose "office" token allowlists 127.0.0.1: connections from there
-// need no proxy password; from 127.0.0.2 they do.
-func allowlistEnv(t *testing.T) *env {
+// need no proxy password; from 127.0.0.2 they do. mods adjust the gateway after that.
+func allowlistEnv(t *testing.T, mods ...func(*gateway.Gateway)) *env {
 	t.Helper()
 	return newEnv(t, 2, func(g *gateway.Gateway) {
 		tk, err := access.New([]access.TokenSpec{
@@ -27,6 +27,9 @@ func allowlistEnv(t *testing.T) *env {
 			t.Fatal(err)
 		}
 		g.Tokens = tk
+		for _, mod := range mods {
+			mod(g)
+		}
 	})
 }
 
@@ -105,6 +108,33 @@ func TestAllowlistedSourceSOCKSWithoutAuth(t *testing.T) {
 	}
 }
 
+// teamCaller is the identity the team ports of these tests carry (decision 0279).
+var teamCaller = &access.Caller{Name: "team", Namespaces: []string{access.AllNamespaces}, Right: access.RightLease}
+
+// teamPort opens one of the gateway's per-token ports (proto "http" or "socks5") for
+// teamCaller with the username preset user, and returns its address.
+func (e *env) teamPort(t testing.TB, proto, user string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl, err := e.gw.PortListener(ln, access.Port{PortSpec: access.PortSpec{Addr: ln.Addr().String(), Protocol: proto, Username: user}, Caller: teamCaller})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if proto == "http" {
+		srv := e.gw.Server()
+		go func() { _ = srv.Serve(pl) }()
+		t.Cleanup(func() { _ = srv.Close() })
+	} else {
+		srv := e.gw.SOCKSServer()
+		go func() { _ = srv.Serve(pl) }()
+		t.Cleanup(func() { _ = srv.Close() })
+	}
+	return ln.Addr().String()
+}
+
 // TestTokenPortsNeedNoPassword (decision 0279): a token's own ports, HTTP and SOCKS5, take
 // connections without a password as the token's, with the port's username unless the client
 // gives one; a port whose username the grammar refuses does not open.
@@ -112,28 +142,7 @@ func TestTokenPortsNeedNoPassword(t *testing.T) {
 	e := allowlistEnv(t)
 	s := newSite(t, nil)
 	_, sitePort := hostPort(t, s.addr)
-	team := &access.Caller{Name: "team", Namespaces: []string{access.AllNamespaces}, Right: access.RightLease}
-	open := func(proto, user string) string {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		pl, err := e.gw.PortListener(ln, access.Port{PortSpec: access.PortSpec{Addr: ln.Addr().String(), Protocol: proto, Username: user}, Caller: team})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if proto == "http" {
-			srv := e.gw.Server()
-			go func() { _ = srv.Serve(pl) }()
-			t.Cleanup(func() { _ = srv.Close() })
-		} else {
-			srv := e.gw.SOCKSServer()
-			go func() { _ = srv.Serve(pl) }()
-			t.Cleanup(func() { _ = srv.Close() })
-		}
-		return ln.Addr().String()
-	}
-	httpPort := open("http", "pool-web")
+	httpPort := e.teamPort(t, "http", "pool-web")
 	fetch := func(user string) int {
 		proxy := &url.URL{Scheme: "http", Host: httpPort}
 		if user != "" {
@@ -158,7 +167,7 @@ func TestTokenPortsNeedNoPassword(t *testing.T) {
 	if got := testMetric(t, e, "proxy_operator_gateway_requests_total", "ok"); got < 1 {
 		t.Errorf("requests_total ok = %v", got)
 	}
-	socksPort := open("socks5", "pool-web-session-s9")
+	socksPort := e.teamPort(t, "socks5", "pool-web-session-s9")
 	c, err := from("127.0.0.2")(context.Background(), "tcp", socksPort)
 	if err != nil {
 		t.Fatal(err)
@@ -178,7 +187,7 @@ func TestTokenPortsNeedNoPassword(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	if _, err := e.gw.PortListener(ln, access.Port{PortSpec: access.PortSpec{Addr: ":1", Protocol: "http", Username: "pool-web-pool-api"}, Caller: team}); err == nil {
+	if _, err := e.gw.PortListener(ln, access.Port{PortSpec: access.PortSpec{Addr: ":1", Protocol: "http", Username: "pool-web-pool-api"}, Caller: teamCaller}); err == nil {
 		t.Error("a port with a username the grammar refuses opened")
 	}
 }

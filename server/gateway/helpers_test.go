@@ -98,12 +98,17 @@ func newEnvWith(t testing.TB, view *fleet.View, h *healthtest.Map, store lease.S
 // loopback, which the default policy refuses; protected adds addresses that stay denied.
 func loopbackPolicy(t testing.TB, protected ...string) *netpolicy.Policy {
 	t.Helper()
-	p, err := netpolicy.New(netpolicy.Config{AllowLoopback: true, Protected: protected,
-		TargetAllow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}})
+	p, err := netpolicy.New(loopbackConfig(protected...))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// loopbackConfig is loopbackPolicy's configuration, for a test that adds to it.
+func loopbackConfig(protected ...string) netpolicy.Config {
+	return netpolicy.Config{AllowLoopback: true, Protected: protected,
+		TargetAllow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}}
 }
 
 // upstreamCreds are the credential every mock upstream demands.

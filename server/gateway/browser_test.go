@@ -1,0 +1,221 @@
+package gateway_test
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/fetch"
+	"github.com/chromedp/chromedp"
+
+	"github.com/proxy-operator/proxy-operator/internal/logtest"
+	"github.com/proxy-operator/proxy-operator/internal/netpolicy"
+	"github.com/proxy-operator/proxy-operator/server/gateway"
+)
+
+// These tests drive Debian's headless Chromium with chromedp (decision 0291) through the
+// gateway the three ways a browser can use it without a local relay: an HTTP proxy whose 407
+// the automation protocol answers, an allowlisted source, and a team port; and SOCKS5 from an
+// allowlisted source to a self-signed TLS site.
+
+// browserLogin is what a browser answers a proxy's 407 with, through CDP's Fetch domain.
+type browserLogin struct{ user, pass string }
+
+// browse starts a fresh headless Chromium (a new empty profile) whose proxy is proxy, loads
+// pageURL and returns the page's text and how many times the proxy asked for credentials.
+// With login, the 407 is answered from the automation protocol; without, nothing answers it.
+func browse(t *testing.T, proxy string, login *browserLogin, pageURL string, flags ...chromedp.ExecAllocatorOption) (string, int) {
+	t.Helper()
+	chromium := need(t, "chromium", "/usr/bin/chromium")
+	out := &logtest.Buffer{} // Chromium writes it from the allocator's goroutines
+	// Puppeteer's quiet defaults (chromedp's list: no extensions, default apps, translation,
+	// phishing checks, crash reports), then what this machine needs.
+	opts := slices.Concat(chromedp.DefaultExecAllocatorOptions[:], []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(chromium),
+		chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
+		// The network here is loopback only: nothing of Chromium's own may try to leave, and
+		// through the proxy its own requests would reach the gateway too.
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.ProxyServer(proxy),
+		// Chromium bypasses any proxy for loopback unless told otherwise; the test sites are there.
+		chromedp.Flag("proxy-bypass-list", "<-loopback>"),
+		chromedp.CombinedOutput(out),
+		// No UserDataDir: chromedp makes a new empty one and removes it when the browser is gone.
+	}, flags)
+	actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(acancel)
+	bctx, bcancel := chromedp.NewContext(actx)
+	t.Cleanup(func() {
+		// Close the browser and wait for it to exit (bounded), then the allocator's cancel.
+		cctx, ccancel := context.WithTimeout(bctx, 20*time.Second)
+		defer ccancel()
+		_ = chromedp.Cancel(cctx)
+		bcancel()
+	})
+	// The first call starts the browser and must not carry a timeout (it would stop the
+	// browser); Chromium's start is bounded by the allocator's own wait for its DevTools address.
+	if err := chromedp.Do(bctx); err != nil {
+		t.Fatalf("starting chromium: %v\nchromium's output:\n%s", err, out.String())
+	}
+	ctx, cancel := context.WithTimeout(bctx, 60*time.Second)
+	defer cancel()
+	var asked atomic.Int32
+	if login != nil {
+		// The listener must not call the browser itself: it hands each answer to a goroutine.
+		err := chromedp.Listen(bctx, func(ev any) {
+			switch ev := ev.(type) {
+			case *fetch.EventAuthRequired:
+				asked.Add(1)
+				resp := &fetch.AuthChallengeResponse{Response: fetch.AuthChallengeResponseResponseCancelAuth}
+				if ev.AuthChallenge != nil && ev.AuthChallenge.Source == fetch.AuthChallengeSourceProxy {
+					// Only the proxy's challenge is ours to answer.
+					resp = &fetch.AuthChallengeResponse{Response: fetch.AuthChallengeResponseResponseProvideCredentials,
+						Username: login.user, Password: login.pass}
+				}
+				go func() {
+					_, _ = chromedp.Call(ctx, fetch.ContinueWithAuth, fetch.ContinueWithAuthParams{RequestID: ev.RequestID, AuthChallengeResponse: resp})
+				}()
+			case *fetch.EventRequestPaused:
+				go func() {
+					_, _ = chromedp.Call(ctx, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: ev.RequestID})
+				}()
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		handle := true
+		if _, err := chromedp.Call(ctx, fetch.Enable, fetch.EnableParams{HandleAuthRequests: &handle}); err != nil {
+			t.Fatalf("Fetch.enable: %v", err)
+		}
+	}
+	// Navigate returns once the page has loaded: the readiness, no fixed sleep.
+	if err := chromedp.Do(ctx, chromedp.Navigate(pageURL)); err != nil {
+		t.Fatalf("chromium through %s loading %s: %v\nchromium's output:\n%s", proxy, pageURL, err, out.String())
+	}
+	text, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.innerText`))
+	if err != nil {
+		t.Fatalf("the page's text: %v", err)
+	}
+	return text, int(asked.Load())
+}
+
+// quietEgress is the browser tests' egress policy: loopbackPolicy's, and names under .com,
+// .net and .org refused by name. Whatever its flags say, Chromium still calls Google's hosts
+// (sign-in, variations, updates) through its proxy; the gateway refuses them before any upstream
+// would look the names up, so nothing leaves loopback, not even a DNS query.
+func quietEgress(t *testing.T) func(*gateway.Gateway) {
+	t.Helper()
+	cfg := loopbackConfig()
+	cfg.ClusterSuffixes = append(slices.Clone(netpolicy.DefaultClusterSuffixes), "com", "net", "org")
+	p, err := netpolicy.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(g *gateway.Gateway) { g.Egress = p }
+}
+
+// wantOnlyLoopbackTargets checks that every target the gateway logged (its refusals and
+// failures) is a test site's, or a name quietEgress refused: no other name reached an upstream.
+func wantOnlyLoopbackTargets(t *testing.T, e *env) {
+	t.Helper()
+	for _, line := range strings.Split(e.logs.String(), "\n") {
+		if strings.Contains(line, "egress policy") {
+			continue
+		}
+		for _, m := range targetInLog.FindAllStringSubmatch(line, -1) {
+			if host := m[1]; host != "127.0.0.1" && host != "localhost" {
+				t.Errorf("a target beyond loopback reached the upstreams: %s", line)
+			}
+		}
+	}
+}
+
+var targetInLog = regexp.MustCompile(`(?:target=|tunnel to |not for )"?\[?([^ :"\]]+)`)
+
+// wantFromUpstreams checks that the site saw every request from one of e's upstreams, never
+// from the browser directly (127.0.0.1).
+func wantFromUpstreams(t *testing.T, e *env, s *site) {
+	t.Helper()
+	var ups []string
+	for _, ip := range e.ups {
+		ups = append(ups, ip)
+	}
+	from := s.froms()
+	if len(from) == 0 {
+		t.Fatal("the site saw no request")
+	}
+	for _, ip := range from {
+		if !slices.Contains(ups, ip) {
+			t.Errorf("the site saw a request from %s, not an upstream (%v)", ip, ups)
+		}
+	}
+}
+
+// TestBrowserProxyPasswordFromCDP: Chromium takes no proxy password on its command line; the
+// automation protocol answers the gateway's 407 (Fetch.authRequired) with the username grammar
+// and a discovery token.
+func TestBrowserProxyPasswordFromCDP(t *testing.T) {
+	e := newEnv(t, 2, quietEgress(t))
+	s := newSite(t, nil)
+	text, asked := browse(t, "http://"+e.addr, &browserLogin{user: "pool-web-session-b1", pass: token}, s.url("/"))
+	if strings.TrimSpace(text) != "hello from the site" {
+		t.Errorf("page text %q", text)
+	}
+	if asked < 1 {
+		t.Error("the proxy never asked for credentials: the 407 path was not taken")
+	}
+	wantFromUpstreams(t, e, s)
+	wantOnlyLoopbackTargets(t, e)
+}
+
+// TestBrowserAllowlistedSource: from an allowlisted source (decision 0278) Chromium needs no
+// credentials at all.
+func TestBrowserAllowlistedSource(t *testing.T) {
+	e := allowlistEnv(t, quietEgress(t))
+	s := newSite(t, nil)
+	text, _ := browse(t, "http://"+e.addr, nil, s.url("/"))
+	if strings.TrimSpace(text) != "hello from the site" {
+		t.Errorf("page text %q", text)
+	}
+	wantFromUpstreams(t, e, s)
+	wantOnlyLoopbackTargets(t, e)
+}
+
+// TestBrowserTeamPort: a token's own HTTP port with a username preset (decision 0279) takes
+// Chromium without credentials; the gateway allowlists nothing, so the port is what admits it.
+func TestBrowserTeamPort(t *testing.T) {
+	e := newEnv(t, 2, quietEgress(t))
+	s := newSite(t, nil)
+	port := e.teamPort(t, "http", "pool-web")
+	text, _ := browse(t, "http://"+port, nil, s.url("/"))
+	if strings.TrimSpace(text) != "hello from the site" {
+		t.Errorf("page text %q", text)
+	}
+	wantFromUpstreams(t, e, s)
+	wantOnlyLoopbackTargets(t, e)
+}
+
+// TestBrowserSOCKSAllowlistedTLS: Chromium cannot authenticate to SOCKS5, so from an
+// allowlisted source it loads a self-signed HTTPS site through the gateway's SOCKS5 listener.
+func TestBrowserSOCKSAllowlistedTLS(t *testing.T) {
+	e := allowlistEnv(t, quietEgress(t))
+	addr := e.socks(t)
+	srv, _ := tlsSite(t)
+	// By name: Chromium sends even an address literal as a name (ATYP 3), which the gateway
+	// refuses with 0x08 (decision 0277); a name goes to the upstream unresolved.
+	_, port := hostPort(t, srv.Listener.Addr().String())
+	text, _ := browse(t, "socks5://"+addr, nil, fmt.Sprintf("https://localhost:%d/", port), chromedp.Flag("ignore-certificate-errors", true))
+	if strings.TrimSpace(text) != "secret page over TLS" {
+		t.Errorf("page text %q", text)
+	}
+	wantOnlyLoopbackTargets(t, e)
+}
