@@ -342,8 +342,12 @@ func (sc *socksConn) request() (authority, target string, reply byte) {
 			return "", "", SOCKSGeneralFailure
 		}
 		host = string(b)
-		if _, perr := netip.ParseAddr(host); perr == nil || strings.ContainsAny(host, ":[]") {
-			// A literal address in a name (or a name that would break host:port) is no name.
+		if a, perr := netip.ParseAddr(host); perr == nil && a.Zone() == "" {
+			// Chromium sends every destination as a name, an address too: it is the address
+			// it spells, checked by the egress policy as any address is (decision 0292).
+			host = a.Unmap().String()
+		} else if perr == nil || strings.ContainsAny(host, ":[]") {
+			// A zoned address, or a name that would break host:port, is no name.
 			return "", "", SOCKSAddressNotSupported
 		}
 	default:

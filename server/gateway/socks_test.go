@@ -34,11 +34,17 @@ func (e *env) socks(t testing.TB) string {
 	return ln.Addr().String()
 }
 
+// asName before a host makes socksRequest send it as a name (ATYP 3) even when it spells an
+// address, as Chromium sends every destination.
+const asName = "name:"
+
 // socksRequest is the raw bytes of a SOCKS5 CONNECT request for host (a name or an address)
 // and port, with cmd (1 CONNECT, 2 BIND, 3 UDP ASSOCIATE).
 func socksRequest(cmd byte, host string, port uint16) []byte {
 	b := []byte{5, cmd, 0}
-	if a, err := netip.ParseAddr(host); err == nil {
+	if n, ok := strings.CutPrefix(host, asName); ok {
+		b = append(append(b, 3, byte(len(n))), n...)
+	} else if a, err := netip.ParseAddr(host); err == nil {
 		if a.Is4() {
 			b = append(append(b, 1), a.AsSlice()...)
 		} else {
@@ -107,7 +113,7 @@ func TestSOCKSTunnelLeasesLikeConnect(t *testing.T) {
 	addr := e.socks(t)
 	s := newSite(t, nil)
 	_, port := hostPort(t, s.addr)
-	for _, host := range []string{"127.0.0.1", "localhost"} {
+	for _, host := range []string{"127.0.0.1", "localhost", asName + "127.0.0.1"} {
 		c, r, reply := socksDial(t, addr, "pool-web-session-s1", token, host, port)
 		if reply != gateway.SOCKSSucceeded {
 			t.Fatalf("%s: reply %#x, want 0", host, reply)
@@ -127,11 +133,11 @@ func TestSOCKSTunnelLeasesLikeConnect(t *testing.T) {
 		c.Close()
 		waitFor(t, "the tunnel's lease released", func() bool { return e.leases(t) == 0 })
 	}
-	if from := s.froms(); len(from) != 2 || from[0] != from[1] || !strings.HasPrefix(from[0], "127.0.0.1") {
-		t.Errorf("site saw %v: want one upstream twice (the session)", from)
+	if from := s.froms(); len(from) != 3 || from[0] != from[1] || from[1] != from[2] || !strings.HasPrefix(from[0], "127.0.0.1") {
+		t.Errorf("site saw %v: want one upstream three times (the session)", from)
 	}
-	if got := testMetric(t, e, "proxy_operator_gateway_requests_total", "socks"); got != 2 {
-		t.Errorf("requests_total{kind=socks} = %v, want 2", got)
+	if got := testMetric(t, e, "proxy_operator_gateway_requests_total", "socks"); got != 3 {
+		t.Errorf("requests_total{kind=socks} = %v, want 3", got)
 	}
 }
 
@@ -152,6 +158,8 @@ func TestSOCKSRefusals(t *testing.T) {
 		want                   byte
 	}{
 		{"internal IP target", "pool-web", token, "10.1.2.3", 80, gateway.SOCKSNotAllowed},
+		{"internal IP sent as a name", "pool-web", token, asName + "10.1.2.3", 80, gateway.SOCKSNotAllowed},
+		{"metadata address sent as a name", "", token, asName + "169.254.169.254", 80, gateway.SOCKSNotAllowed},
 		{"metadata address", "", token, "169.254.169.254", 80, gateway.SOCKSNotAllowed},
 		{"cluster-internal name", "", token, "kubernetes.default.svc.cluster.local", 443, gateway.SOCKSNotAllowed},
 		{"port 0", "", token, "example.com", 0, gateway.SOCKSNotAllowed},
@@ -202,7 +210,8 @@ func TestSOCKSHostileHandshakes(t *testing.T) {
 		{"UDP ASSOCIATE", slices.Concat(login, socksRequest(3, "127.0.0.1", 80)), "\x05\x02\x01\x00\x05\x07\x00\x01\x00\x00\x00\x00\x00\x00"},
 		{"unknown address type", slices.Concat(login, []byte{5, 1, 0, 9, 1, 2, 3, 4, 0, 80}), "\x05\x02\x01\x00\x05\x08\x00\x01\x00\x00\x00\x00\x00\x00"},
 		{"empty name", slices.Concat(login, []byte{5, 1, 0, 3, 0, 0, 80}), "\x05\x02\x01\x00\x05\x01\x00\x01\x00\x00\x00\x00\x00\x00"},
-		{"address as a name", slices.Concat(login, append([]byte{5, 1, 0, 3, 9}, "127.0.0.1\x00\x50"...)), "\x05\x02\x01\x00\x05\x08\x00\x01\x00\x00\x00\x00\x00\x00"},
+		{"zoned address as a name", slices.Concat(login, append([]byte{5, 1, 0, 3, 12}, "fe80::1%eth0\x00\x50"...)), "\x05\x02\x01\x00\x05\x08\x00\x01\x00\x00\x00\x00\x00\x00"},
+		{"bracketed address as a name", slices.Concat(login, append([]byte{5, 1, 0, 3, 5}, "[::1]\x00\x50"...)), "\x05\x02\x01\x00\x05\x08\x00\x01\x00\x00\x00\x00\x00\x00"},
 		{"name with a bad byte", slices.Concat(login, []byte{5, 1, 0, 3, 3, 'a', '/', 'b', 0, 80}), "\x05\x02\x01\x00\x05\x04\x00\x01\x00\x00\x00\x00\x00\x00"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
