@@ -530,6 +530,19 @@ func TestSessionTableIsBounded(t *testing.T) {
 	}
 }
 
+// run starts the store's Run loop until the test ends.
+func (f *fixture) run(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.store.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+}
+
 // TestRunFollowsTheFleet: with no lease traffic at all, Run drops the leases of a proxy that
 // leaves the view, expires leases and picks up a recovered proxy.
 func TestRunFollowsTheFleet(t *testing.T) {
@@ -538,15 +551,7 @@ func TestRunFollowsTheFleet(t *testing.T) {
 		ReapInterval: time.Millisecond, HealthRefresh: time.Millisecond, MinSyncInterval: time.Millisecond})
 	a := f.mustAcquire(t, Request{Selector: nil, TTL: time.Hour})
 	f.mustAcquire(t, Request{TTL: 10 * time.Second})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- f.store.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	f.run(t)
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
 		deadline := time.Now().Add(5 * time.Second)
@@ -584,15 +589,7 @@ func TestHealthChangedOffersAtOnce(t *testing.T) {
 	if _, err := f.acquire(t, Request{TTL: time.Minute}); err == nil {
 		t.Fatal("leased an unhealthy proxy")
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- f.store.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	f.run(t)
 	f.health.set("ns/a", verdict.Healthy, 1)
 	f.store.HealthChanged()
 	f.store.HealthChanged() // a second kick while one is pending does not block
