@@ -16,7 +16,7 @@ PYTHON        ?= /usr/bin/python3
 RUN_ARGS      ?= -hook-addr 127.0.0.1:8080 -hooks-insecure -discovery-addr 127.0.0.1:8090 -discovery-insecure -gateway-addr 127.0.0.1:8091 -gateway-socks-addr 127.0.0.1:8093 -log-format text -fleet-warmup 0s -gc-min-age 1m -demo-proxies 3
 RUN_EXTRA     ?=
 # GO_TAGS leaves the cloud providers' client libraries out of a local build (decision 0282): the
-# mock and kubernetes providers need none, and the cold build takes a third of the time. An entry
+# mock and kubernetes providers need none, and the cold build takes a quarter less time. An entry
 # of an omitted type fails at start, saying so; `make build GO_TAGS=` builds every provider, as
 # the container image (Dockerfile) does.
 GO_TAGS       ?= omit_aws,omit_gcp,omit_hetzner
