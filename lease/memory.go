@@ -224,7 +224,7 @@ func NewMemory(cfg Config) *Memory {
 
 // HealthChanged tells the index that the prober published a new verdict; Run re-reads the
 // verdicts at once. It never blocks (the prober calls it on its loop), and kicks that come
-// while one is pending are one: a flapping fleet costs one pass per Run turn, as a tick does.
+// while one is pending are one: a flapping fleet costs at most one pass per MinSyncInterval.
 // Without it, a proxy that /v1/proxies already shows healthy could be refused a lease as
 // unhealthy for up to HealthRefresh.
 func (m *Memory) HealthChanged() {
@@ -696,6 +696,12 @@ func (m *Memory) Run(ctx context.Context) error {
 			m.RefreshHealth()
 		case <-m.healthKick:
 			m.RefreshHealth()
+			// Bound the cost of a fleet whose verdicts change all the time, as for the fleet.
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(m.cfg.MinSyncInterval):
+			}
 		}
 	}
 }
