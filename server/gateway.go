@@ -164,22 +164,42 @@ func NewGateway(cfg GatewayConfig) (_ *Gateway, err error) {
 func servePorts(gw *gateway.Gateway, socks *gateway.SOCKSServer, ports []access.Port) ([]served, error) {
 	var out []served
 	for _, p := range ports {
-		ln, err := net.Listen("tcp", p.Addr)
+		ln, err := listenPort(p)
 		if err != nil {
-			return out, fmt.Errorf("token %s's gateway port: %w", p.Caller.Name, err)
+			return out, err
 		}
-		pl, err := gw.PortListener(ln, p)
+		s, err := portServer(gw, socks, p, ln)
 		if err != nil {
 			ln.Close()
 			return out, err
 		}
-		var srv server = gw.Server()
-		if p.Protocol == "socks5" {
-			srv = socks
-		}
-		out = append(out, served{"gateway port " + p.Addr, srv, pl})
+		out = append(out, s)
 	}
 	return out, nil
+}
+
+// listenPort binds a token's own gateway port; the gateway subcommand and the operator both
+// bind theirs with it.
+func listenPort(p access.Port) (net.Listener, error) {
+	ln, err := net.Listen("tcp", p.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("token %s's gateway port: %w", p.Caller.Name, err)
+	}
+	return ln, nil
+}
+
+// portServer serves the bound port ln of p with the gateway's HTTP server or socks, as its
+// protocol says, through the listener that gives its connections the token's identity.
+func portServer(gw *gateway.Gateway, socks *gateway.SOCKSServer, p access.Port, ln net.Listener) (served, error) {
+	pl, err := gw.PortListener(ln, p)
+	if err != nil {
+		return served{}, err
+	}
+	var srv server = gw.Server()
+	if p.Protocol == "socks5" {
+		srv = socks
+	}
+	return served{"gateway port " + p.Addr, srv, pl}, nil
 }
 
 // portAddrs are the addresses of the tokens' own gateway ports, for the egress policy.

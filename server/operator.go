@@ -261,9 +261,9 @@ func (o *Operator) listenPorts(own []string, ports []access.Port) ([]string, err
 		return nil, fmt.Errorf("the tokens file names gateway ports (token %s's %s) but -gateway-addr is off", ports[0].Caller.Name, ports[0].Addr)
 	}
 	for _, p := range ports {
-		ln, err := net.Listen("tcp", p.Addr)
+		ln, err := listenPort(p)
 		if err != nil {
-			return nil, fmt.Errorf("token %s's gateway port: %w", p.Caller.Name, err)
+			return nil, err
 		}
 		o.ports, o.portLns = append(o.ports, p), append(o.portLns, ln)
 		own = append(own, ln.Addr().String(), p.Addr)
@@ -486,16 +486,12 @@ func (o *Operator) buildServers(h *hooks.Hooks, disc *discovery.Discovery, token
 			o.socksSrv = gw.SOCKSServer()
 		}
 		for i, p := range o.ports {
-			pl, err := gw.PortListener(o.portLns[i], p)
+			s, err := portServer(gw, o.socksSrv, p, o.portLns[i])
 			if err != nil {
 				return err
 			}
-			o.portLns[i] = pl
-			var srv server = gw.Server()
-			if p.Protocol == "socks5" {
-				srv = o.socksSrv
-			}
-			o.portSrvs = append(o.portSrvs, served{"gateway port " + p.Addr, srv, pl})
+			o.portLns[i] = s.ln
+			o.portSrvs = append(o.portSrvs, s)
 		}
 		disc.Sites = gw // /v1/sites reads its pacer
 	}
