@@ -98,7 +98,7 @@ func TestHookSecretsWithAPIServer(t *testing.T) {
 	errs := make([]error, 2)
 	for i := range creds {
 		wg.Go(func() {
-			creds[i], errs[i] = hookauth.EnsureSecrets(ctx, hookauth.SecretsConfig{Core: core, Dynamic: dyn, Namespace: "ha", Controllers: []string{}})
+			creds[i], errs[i] = hookauth.EnsureSecrets(ctx, hookauth.SecretsConfig{Dynamic: dyn, Namespace: "ha", Controllers: []string{}})
 		})
 	}
 	wg.Wait()
@@ -115,7 +115,7 @@ func TestHookSecretsWithAPIServer(t *testing.T) {
 	if _, err := core.CoreV1().Secrets("broken").Create(ctx, broken, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := hookauth.EnsureSecrets(ctx, hookauth.SecretsConfig{Core: core, Namespace: "broken", Controllers: []string{}}); err == nil ||
+	if _, err := hookauth.EnsureSecrets(ctx, hookauth.SecretsConfig{Dynamic: dyn, Namespace: "broken", Controllers: []string{}}); err == nil ||
 		!strings.Contains(err.Error(), "broken/"+hookauth.TokenSecret) || !strings.Contains(err.Error(), "delete it") {
 		t.Errorf("EnsureSecrets with a short token in the Secret: %v, want an error naming it", err)
 	}

@@ -324,7 +324,7 @@ func (o *Operator) buildHealth(reg prometheus.Registerer, egress *netpolicy.Poli
 		}); err != nil {
 			return err
 		}
-		o.events = events.NewRecorder(o.kube.Core, log.With("component", "events"))
+		o.events = events.NewRecorder(o.kube.Dynamic, log.With("component", "events"))
 	}
 	return nil
 }
@@ -517,7 +517,7 @@ func (o *Operator) loadHookCredentials() (err error) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), hookCredentialsTimeout)
 		defer cancel()
-		o.hookCreds, err = hookauth.EnsureSecrets(ctx, hookauth.SecretsConfig{Core: o.kube.Core, Dynamic: o.kube.Dynamic,
+		o.hookCreds, err = hookauth.EnsureSecrets(ctx, hookauth.SecretsConfig{Dynamic: o.kube.Dynamic,
 			Namespace: h.SecretsNamespace, Service: h.Service, Log: o.log.With("component", "hookauth")})
 	default:
 		o.log.Warn("hooks served over plain HTTP without a token: anyone who reaches the hook address controls the fleet (-hooks-insecure)", "addr", o.HookAddr())

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -172,6 +173,41 @@ func TestMainIsFlagsAndDispatch(t *testing.T) {
 		case rel != path && mainMayImport[rel]:
 		case rel != path && (domainRE.MatchString(rel) || strings.HasPrefix(rel, "/server/") || strings.HasPrefix(rel, "/health/")):
 			t.Errorf("main.go imports %s: wiring belongs to package server", path)
+		}
+	}
+}
+
+// TestBinaryCarriesNoTypedClientset: the operator reaches the API server through the dynamic
+// client alone (decision 0284). client-go's typed clientset, informers, listers and apply
+// configurations register every API group of Kubernetes and were a quarter of a cold build;
+// one import of any of them (a typed client, client-go's scheme, dynamicinformer) brings them
+// all back, and this says which package did.
+func TestBinaryCarriesNoTypedClientset(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("go command not on PATH")
+	}
+	cmd := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", ".")
+	cmd.Dir = ".."
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list -deps .: %v", err)
+	}
+	heavy := []string{"k8s.io/client-go/kubernetes", "k8s.io/client-go/informers", "k8s.io/client-go/listers", "k8s.io/client-go/applyconfigurations"}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) < 100 {
+		t.Fatalf("go list -deps . listed %d packages, want the binary's hundreds", len(lines))
+	}
+	for _, line := range lines {
+		pkg, imports, _ := strings.Cut(line, " ")
+		if slices.ContainsFunc(heavy, func(h string) bool { return strings.HasPrefix(pkg, h) }) {
+			continue // reported at its importer
+		}
+		for _, imp := range strings.Fields(imports) {
+			for _, h := range heavy {
+				if imp == h || strings.HasPrefix(imp, h+"/") {
+					t.Errorf("%s imports %s: the binary then carries client-go's typed clients of every API group", pkg, imp)
+				}
+			}
 		}
 	}
 }

@@ -26,13 +26,13 @@ func TestPoolEventOnAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := events.NewRecorder(clients.Core, nil)
+	rec := events.NewRecorder(clients.Dynamic, nil)
 	t.Cleanup(rec.Shutdown)
 	p := &v1.ProxyPool{ObjectMeta: metav1.ObjectMeta{Namespace: "crawl", Name: "web", UID: "5a1e0000-0000-4000-9000-000000000001"}}
 	rec.Event(p, corev1.EventTypeNormal, "Scaled", "desired members 2 -> 5 (Autoscale)")
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		l, err := clients.Core.CoreV1().Events("crawl").List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.uid=" + string(p.UID)})
+		l, err := kubetest.Core(t, cfg).CoreV1().Events("crawl").List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.uid=" + string(p.UID)})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,14 +1,18 @@
 package events
 
 import (
+	"context"
 	"log/slog"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/record"
+
+	"github.com/proxy-operator/proxy-operator/internal/kube"
 
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 )
@@ -25,16 +29,65 @@ type Recorder struct {
 	rec record.EventRecorder
 }
 
-// NewRecorder starts a broadcaster writing to the API server through core.
-func NewRecorder(core kubernetes.Interface, log *slog.Logger) *Recorder {
+// NewRecorder starts a broadcaster writing to the API server through dyn.
+func NewRecorder(dyn dynamic.Interface, log *slog.Logger) *Recorder {
 	b := record.NewBroadcaster()
-	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: core.CoreV1().Events("")})
+	b.StartRecordingToSink(sink{dyn})
 	if log != nil {
 		b.StartEventWatcher(func(e *corev1.Event) {
 			log.Debug("event recorded", "proxy", e.InvolvedObject.Namespace+"/"+e.InvolvedObject.Name, "reason", e.Reason, "message", e.Message)
 		})
 	}
-	return &Recorder{b: b, rec: b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: Component})}
+	return &Recorder{b: b, rec: b.NewRecorder(coreScheme, corev1.EventSource{Component: Component})}
+}
+
+// coreScheme knows core/v1 alone: record needs a scheme only to name an involved object's
+// kind, and the involved object is always a reference (Reference). client-go's own scheme
+// registers every API group of Kubernetes, which the binary is better without (decision 0284).
+var coreScheme = func() *runtime.Scheme {
+	s := runtime.NewScheme()
+	if err := corev1.AddToScheme(s); err != nil {
+		panic(err) // registering the core types into an empty scheme cannot fail
+	}
+	return s
+}()
+
+// sink is record.EventSink over the dynamic client: what client-go's typed EventSinkImpl does.
+type sink struct{ dyn dynamic.Interface }
+
+func (s sink) events(e *corev1.Event) dynamic.ResourceInterface {
+	return s.dyn.Resource(kube.EventResource).Namespace(e.Namespace)
+}
+
+// Create writes a new Event.
+func (s sink) Create(e *corev1.Event) (*corev1.Event, error) {
+	u, err := kube.FromObject(e, "Event")
+	if err != nil {
+		return nil, err
+	}
+	return decoded(s.events(e).Create(context.Background(), u, metav1.CreateOptions{}))
+}
+
+// Update replaces an Event (record updates a series' count this way).
+func (s sink) Update(e *corev1.Event) (*corev1.Event, error) {
+	u, err := kube.FromObject(e, "Event")
+	if err != nil {
+		return nil, err
+	}
+	return decoded(s.events(e).Update(context.Background(), u, metav1.UpdateOptions{}))
+}
+
+// Patch applies record's strategic merge patch of an aggregated Event.
+func (s sink) Patch(e *corev1.Event, data []byte) (*corev1.Event, error) {
+	return decoded(s.events(e).Patch(context.Background(), e.Name, types.StrategicMergePatchType, data, metav1.PatchOptions{}))
+}
+
+func decoded(u *unstructured.Unstructured, err error) (*corev1.Event, error) {
+	if err != nil {
+		return nil, err
+	}
+	e := &corev1.Event{}
+	return e, kube.ToObject(u, e)
 }
 
 // Record records evs on p. It never blocks on the API server.

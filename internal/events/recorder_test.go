@@ -33,7 +33,7 @@ func TestRecorderOnAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := events.NewRecorder(clients.Core, nil)
+	rec := events.NewRecorder(clients.Dynamic, nil)
 	t.Cleanup(rec.Shutdown)
 
 	life := []events.Event{
@@ -57,7 +57,7 @@ func TestRecorderOnAPIServer(t *testing.T) {
 	var got map[string]int32
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		l, err := clients.Core.CoreV1().Events("crawl").List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.uid=" + string(p.UID)})
+		l, err := kubetest.Core(t, cfg).CoreV1().Events("crawl").List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.uid=" + string(p.UID)})
 		if err != nil {
 			t.Fatal(err)
 		}

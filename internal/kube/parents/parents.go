@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -15,10 +16,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
@@ -82,9 +83,8 @@ const syncWarnAfter = 30 * time.Second
 // Cache is the informer cache of Proxies and ProxyPools. Build it with New, run it with Run;
 // until Synced, it knows nothing.
 type Cache struct {
-	factory dynamicinformer.DynamicSharedInformerFactory
-	proxies informers.GenericInformer
-	pools   informers.GenericInformer
+	proxies cache.SharedIndexInformer
+	pools   cache.SharedIndexInformer
 	log     *slog.Logger
 	synced  atomic.Bool
 }
@@ -95,32 +95,49 @@ func New(dyn dynamic.Interface, log *slog.Logger) (*Cache, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	f := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
-	c := &Cache{factory: f, log: log, proxies: f.ForResource(kube.ProxyResource), pools: f.ForResource(kube.PoolResource)}
-	if err := c.proxies.Informer().SetTransform(Trim(Proxy)); err != nil {
+	c := &Cache{log: log, proxies: informer(dyn, kube.ProxyResource), pools: informer(dyn, kube.PoolResource)}
+	if err := c.proxies.SetTransform(Trim(Proxy)); err != nil {
 		return nil, fmt.Errorf("parents: %w", err)
 	}
-	if err := c.pools.Informer().SetTransform(Trim(Pool)); err != nil {
+	if err := c.pools.SetTransform(Trim(Pool)); err != nil {
 		return nil, fmt.Errorf("parents: %w", err)
 	}
 	return c, nil
 }
 
+// informer is the cluster-wide informer of gvr over the dynamic client, as client-go's
+// dynamicinformer builds it; that package is not imported because it brings client-go's typed
+// informers, every API group of Kubernetes, into the binary (decision 0284).
+func informer(dyn dynamic.Interface, gvr schema.GroupVersionResource) cache.SharedIndexInformer {
+	r := dyn.Resource(gvr)
+	lw := &cache.ListWatch{
+		ListFunc:             func(o metav1.ListOptions) (runtime.Object, error) { return r.List(context.Background(), o) },
+		WatchFunc:            func(o metav1.ListOptions) (watch.Interface, error) { return r.Watch(context.Background(), o) },
+		ListWithContextFunc:  func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return r.List(ctx, o) },
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) { return r.Watch(ctx, o) },
+	}
+	return cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, dyn), &unstructured.Unstructured{},
+		cache.SharedIndexInformerOptions{Indexers: cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, ObjectDescription: gvr.String()})
+}
+
 // Run starts the informers and blocks until ctx ends. It returns nil then: an informer that
 // cannot list retries with backoff, and meanwhile Synced stays false.
 func (c *Cache) Run(ctx context.Context) error {
-	c.factory.Start(ctx.Done())
-	defer c.factory.Shutdown()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for _, inf := range []cache.SharedIndexInformer{c.proxies, c.pools} {
+		wg.Go(func() { inf.RunWithContext(ctx) })
+	}
 	start := time.Now()
 	warn := time.AfterFunc(syncWarnAfter, func() {
 		c.log.Warn("API server cache of proxies and proxypools not synced yet: hooks act on nothing until it is", "waited", time.Since(start).Round(time.Second).String())
 	})
-	synced := cache.WaitForCacheSync(ctx.Done(), c.proxies.Informer().HasSynced, c.pools.Informer().HasSynced)
+	synced := cache.WaitForCacheSync(ctx.Done(), c.proxies.HasSynced, c.pools.HasSynced)
 	warn.Stop()
 	if synced {
 		c.synced.Store(true)
-		c.log.Info("API server cache of proxies and proxypools synced", "proxies", len(c.proxies.Informer().GetStore().ListKeys()),
-			"pools", len(c.pools.Informer().GetStore().ListKeys()), "after", time.Since(start).Round(time.Millisecond).String())
+		c.log.Info("API server cache of proxies and proxypools synced", "proxies", len(c.proxies.GetStore().ListKeys()),
+			"pools", len(c.pools.GetStore().ListKeys()), "after", time.Since(start).Round(time.Millisecond).String())
 	}
 	<-ctx.Done()
 	return nil
@@ -138,7 +155,7 @@ func (c *Cache) Get(k Kind, namespace, name string) (Parent, bool) {
 	}
 	// The indexer, not the dynamic lister: the lister asserts *unstructured.Unstructured, and
 	// the cache holds trimmed objects.
-	obj, exists, err := inf.Informer().GetIndexer().GetByKey(namespace + "/" + name)
+	obj, exists, err := inf.GetIndexer().GetByKey(namespace + "/" + name)
 	if err != nil {
 		c.log.Error("API server cache lookup failed", "kind", k.String(), "key", namespace+"/"+name, "err", err)
 		return Parent{}, false

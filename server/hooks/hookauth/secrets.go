@@ -22,7 +22,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	k8stypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
+
+	"github.com/proxy-operator/proxy-operator/internal/kube"
 )
 
 // The Secrets the shipped install names in its CompositeControllers' endpointConfigs
@@ -53,7 +54,7 @@ var CompositeControllerResource = schema.GroupVersionResource{Group: "metacontro
 
 // SecretsConfig says where the Secrets live and who is told about them.
 type SecretsConfig struct {
-	Core    kubernetes.Interface
+	// Dynamic reads and writes the Secrets and annotates the CompositeControllers.
 	Dynamic dynamic.Interface
 	// Namespace holds both Secrets (the operator's own, POD_NAMESPACE).
 	Namespace string
@@ -126,8 +127,16 @@ func EnsureSecrets(ctx context.Context, c SecretsConfig) (*Credentials, error) {
 // ensure gets the Secret name, or creates it from build when it does not exist; on a lost
 // race it reads the winner's.
 func ensure(ctx context.Context, c SecretsConfig, name string, build func() (*corev1.Secret, error)) (*corev1.Secret, error) {
-	secrets := c.Core.CoreV1().Secrets(c.Namespace)
-	s, err := secrets.Get(ctx, name, metav1.GetOptions{})
+	secrets := c.Dynamic.Resource(kube.SecretResource).Namespace(c.Namespace)
+	get := func() (*corev1.Secret, error) {
+		u, err := secrets.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		s := &corev1.Secret{}
+		return s, kube.ToObject(u, s)
+	}
+	s, err := get()
 	if err == nil {
 		c.Log.Info("hook credentials Secret found", "namespace", c.Namespace, "name", name)
 		return s, nil
@@ -141,13 +150,18 @@ func ensure(ctx context.Context, c SecretsConfig, name string, build func() (*co
 	}
 	s.Name, s.Namespace = name, c.Namespace
 	s.Labels = map[string]string{"app.kubernetes.io/name": "proxy-operator", "app.kubernetes.io/component": "hook-credentials"}
-	created, err := secrets.Create(ctx, s, metav1.CreateOptions{})
+	u, err := kube.FromObject(s, "Secret")
+	if err != nil {
+		return nil, err
+	}
+	created, err := secrets.Create(ctx, u, metav1.CreateOptions{})
 	switch {
 	case err == nil:
 		c.Log.Info("hook credentials Secret created", "namespace", c.Namespace, "name", name)
-		return created, nil
+		s := &corev1.Secret{}
+		return s, kube.ToObject(created, s)
 	case apierrors.IsAlreadyExists(err):
-		if s, err = secrets.Get(ctx, name, metav1.GetOptions{}); err != nil {
+		if s, err = get(); err != nil {
 			return nil, fmt.Errorf("hookauth: reading Secret %s/%s created meanwhile: %w", c.Namespace, name, err)
 		}
 		c.Log.Info("hook credentials Secret created by another process", "namespace", c.Namespace, "name", name)
