@@ -2,6 +2,9 @@ package gateway_test
 
 import (
 	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -215,5 +218,57 @@ func TestBrowserSOCKSAllowlistedTLS(t *testing.T) {
 	if strings.TrimSpace(text) != "secret page over TLS" {
 		t.Errorf("page text %q", text)
 	}
+	wantOnlyLoopbackTargets(t, e)
+}
+
+// TestBrowserREADMEExamples runs the README's Playwright and Puppeteer examples
+// (clients/browser/*.mjs, in the README byte for byte) with Node.js against the gateway, each
+// answering the 407 its own way: Playwright's proxy username and password, Puppeteer's
+// page.authenticate. `npm ci --prefix clients/browser` installs the pinned playwright-core and
+// puppeteer-core (.ci/run does); they drive Debian's Chromium, they download no browser.
+func TestBrowserREADMEExamples(t *testing.T) {
+	chromium := need(t, "chromium", "/usr/bin/chromium")
+	node := need(t, "node")
+	dir := filepath.Join("..", "..", "clients", "browser")
+	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, lib := range []string{"playwright-core", "puppeteer-core"} {
+		if _, err := os.Stat(filepath.Join(dir, "node_modules", lib, "package.json")); err != nil {
+			if os.Getenv("CI") != "" {
+				t.Fatalf("%s not installed and CI is set: .ci/run runs npm ci --prefix clients/browser", lib)
+			}
+			t.Skipf("%s not installed: npm ci --prefix clients/browser (CI makes this a failure)", lib)
+		}
+	}
+	e := newEnv(t, 2, quietEgress(t))
+	s := newSite(t, nil)
+	for _, script := range []string{"playwright.mjs", "puppeteer.mjs"} {
+		t.Run(script, func(t *testing.T) {
+			src, err := os.ReadFile(filepath.Join(dir, script))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(readme), "```js\n"+string(src)+"```\n") {
+				t.Errorf("README.md does not show clients/browser/%s byte for byte in a js block: copy it in", script)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, node, script, s.url("/"))
+			cmd.Dir = dir
+			cmd.Env = append(os.Environ(), "GATEWAY="+e.addr, "DISCOVERY_TOKEN="+token, "CHROMIUM="+chromium)
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("node %s: %v\n%s", script, err, out)
+			}
+			// "200 <upstream> <page text>": the upstream that carried it, as the gateway names it.
+			f := strings.Fields(string(out))
+			if len(f) < 2 || f[0] != "200" || !strings.Contains(string(out), "hello from the site") {
+				t.Errorf("node %s printed %q, want 200, the upstream and the page", script, out)
+			}
+		})
+	}
+	wantFromUpstreams(t, e, s)
 	wantOnlyLoopbackTargets(t, e)
 }
