@@ -264,6 +264,53 @@ func attackGatewayConns(t *testing.T, c *child, good proxyDesc, dur time.Duratio
 	l.finish(t, "gateway connections", c)
 }
 
+// attackSOCKSIdle: 20,000 connections to the gateway's SOCKS5 listener (issue 33) each offer
+// username/password in a greeting, read the method choice and never log in. They share the
+// gateway's connection bound and memory budget with its HTTP listener; the legitimate crawler
+// (over HTTP) and the other listeners must not notice.
+func attackSOCKSIdle(t *testing.T, c *child, good proxyDesc, dur time.Duration) {
+	n := attackCount(20000, dur)
+	h := &held{room: heldRoom()}
+	defer h.closeAll()
+	c.resetPeak()
+	l := c.startLegit(good)
+	start := time.Now()
+	var greeted, cut atomic.Int64
+	dialers := make([]*net.Dialer, 4)
+	for i := range dialers {
+		dialers[i] = gatewayDialer(fmt.Sprintf("127.0.0.%d", 40+i))
+	}
+	flood(n, func(i int) {
+		cn, err := dialers[i*len(dialers)/n].Dial("tcp", c.socksAddr)
+		if err != nil {
+			cut.Add(1)
+			return
+		}
+		h.add(cn)
+		_ = cn.SetDeadline(time.Now().Add(10 * time.Second))
+		reply := make([]byte, 2)
+		if _, err := cn.Write([]byte{5, 1, 2}); err != nil {
+			cut.Add(1)
+			return
+		}
+		if _, err := io.ReadFull(cn, reply); err != nil || reply[0] != 5 || reply[1] != 2 {
+			cut.Add(1) // evicted, or refused at the limit
+			return
+		}
+		_ = cn.SetDeadline(time.Time{})
+		greeted.Add(1)
+	})
+	holdUntil(start, dur)
+	t.Logf("ATTACK %-22s %d greeted and idle, %d cut before the method choice, at most %d held at once", "socks idle greetings", greeted.Load(), cut.Load(), h.peak)
+	if greeted.Load() == 0 {
+		t.Errorf("socks idle greetings: no connection was ever greeted: the listener did not answer")
+	}
+	if strings.Contains(c.log.String(), "too many open files") {
+		t.Errorf("socks idle greetings: the operator ran out of descriptors")
+	}
+	l.finish(t, "socks idle greetings", c)
+}
+
 // attackGatewayHeads: 8,000 connections without credentials each send 30 KB of a request head
 // and never finish it (issue 30: 609 MiB, hook p99 199 ms).
 func attackGatewayHeads(t *testing.T, c *child, good proxyDesc, dur time.Duration) {

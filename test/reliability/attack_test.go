@@ -115,12 +115,14 @@ type child struct {
 	// gwAddr is the gateway listener ("" without one) and siteURL a loopback site of the
 	// test's own the legitimate crawler fetches through it (gwClient), with team-a's token.
 	gwAddr, siteURL string
-	gwClient        *http.Client
-	log             *lockedBuffer
-	exited          chan struct{}
-	waitErr         error
-	rssMax          atomic.Int64 // bytes, since the last resetPeak
-	stopSample      chan struct{}
+	// socksAddr is the gateway's SOCKS5 listener ("" without one).
+	socksAddr  string
+	gwClient   *http.Client
+	log        *lockedBuffer
+	exited     chan struct{}
+	waitErr    error
+	rssMax     atomic.Int64 // bytes, since the last resetPeak
+	stopSample chan struct{}
 }
 
 func freeLoopbackPort(t *testing.T) int {
@@ -637,8 +639,10 @@ func TestHostileInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	gwAddr := fmt.Sprintf("127.0.0.1:%d", freeLoopbackPort(t))
+	socksAddr := fmt.Sprintf("127.0.0.1:%d", freeLoopbackPort(t))
 	c := startChild(t, true, "-discovery-token-file", tokens, "-hook-memory-limit", "256Mi",
-		"-gateway-addr", gwAddr, "-gateway-allow-target-cidrs", "127.0.0.0/8", "-gateway-rules", rules)
+		"-gateway-addr", gwAddr, "-gateway-socks-addr", socksAddr, "-gateway-allow-target-cidrs", "127.0.0.0/8", "-gateway-rules", rules)
+	c.socksAddr = socksAddr
 	c.ready(t)
 	c.startGatewayLegit(t, gwAddr)
 	dur := attackDuration(t)
@@ -673,6 +677,7 @@ func TestHostileInput(t *testing.T) {
 	t.Run("gateway connections", func(t *testing.T) { attackGatewayConns(t, c, good, dur) })
 	t.Run("gateway unfinished heads", func(t *testing.T) { attackGatewayHeads(t, c, good, dur) })
 	t.Run("gateway retry buffers", func(t *testing.T) { attackGatewayPuts(t, c, good, dur) })
+	t.Run("socks idle greetings", func(t *testing.T) { attackSOCKSIdle(t, c, good, dur) })
 	t.Logf("operator peak RSS over the whole suite (VmHWM): %.1f MiB", float64(procStatus(c.cmd.Process.Pid, "VmHWM"))/(1<<20))
 }
 
