@@ -236,32 +236,7 @@ func attackGatewayIdle407(t *testing.T, c *child, good proxyDesc, dur time.Durat
 // operator derives from its descriptor limit (issue 30: at -gateway-max-conns 20,000 the
 // process reached the descriptor limit and hooks, discovery and gateway stalled).
 func attackGatewayConns(t *testing.T, c *child, good proxyDesc, dur time.Duration) {
-	n := attackCount(20000, dur)
-	h := &held{room: heldRoom()}
-	defer h.closeAll()
-	c.resetPeak()
-	l := c.startLegit(good)
-	start := time.Now()
-	var dialed, failed atomic.Int64
-	dialers := make([]*net.Dialer, 4)
-	for i := range dialers {
-		dialers[i] = gatewayDialer(fmt.Sprintf("127.0.0.%d", 20+i))
-	}
-	flood(n, func(i int) {
-		cn, err := dialers[i*len(dialers)/n].Dial("tcp", c.gwAddr)
-		if err != nil {
-			failed.Add(1)
-			return
-		}
-		dialed.Add(1)
-		h.add(cn)
-	})
-	holdUntil(start, dur)
-	t.Logf("ATTACK %-22s %d dialled (%d failed to connect), at most %d held at once", "gateway connections", dialed.Load(), failed.Load(), h.peak)
-	if strings.Contains(c.log.String(), "too many open files") {
-		t.Errorf("gateway connections: the operator ran out of descriptors")
-	}
-	l.finish(t, "gateway connections", c)
+	attackIdleConns(t, c, good, dur, "gateway connections", c.gwAddr, 20, nil)
 }
 
 // attackSOCKSIdle: 20,000 connections to the gateway's SOCKS5 listener (issue 33) each offer
@@ -269,46 +244,54 @@ func attackGatewayConns(t *testing.T, c *child, good proxyDesc, dur time.Duratio
 // gateway's connection bound and memory budget with its HTTP listener; the legitimate crawler
 // (over HTTP) and the other listeners must not notice.
 func attackSOCKSIdle(t *testing.T, c *child, good proxyDesc, dur time.Duration) {
+	attackIdleConns(t, c, good, dur, "socks idle greetings", c.socksAddr, 40, func(cn net.Conn) bool {
+		_ = cn.SetDeadline(time.Now().Add(10 * time.Second))
+		reply := make([]byte, 2)
+		if _, err := cn.Write([]byte{5, 1, 2}); err != nil {
+			return false
+		}
+		if _, err := io.ReadFull(cn, reply); err != nil || reply[0] != 5 || reply[1] != 2 {
+			return false // evicted, or refused at the limit
+		}
+		return cn.SetDeadline(time.Time{}) == nil
+	})
+}
+
+// attackIdleConns holds 20,000 connections to addr from four sources from 127.0.0.<ip>, each
+// after greet (nil: sending nothing) succeeded, for dur while the legitimate callers measure.
+func attackIdleConns(t *testing.T, c *child, good proxyDesc, dur time.Duration, name, addr string, ip int, greet func(net.Conn) bool) {
 	n := attackCount(20000, dur)
 	h := &held{room: heldRoom()}
 	defer h.closeAll()
 	c.resetPeak()
 	l := c.startLegit(good)
 	start := time.Now()
-	var greeted, cut atomic.Int64
+	var dialed, failed, ungreeted atomic.Int64
 	dialers := make([]*net.Dialer, 4)
 	for i := range dialers {
-		dialers[i] = gatewayDialer(fmt.Sprintf("127.0.0.%d", 40+i))
+		dialers[i] = gatewayDialer(fmt.Sprintf("127.0.0.%d", ip+i))
 	}
 	flood(n, func(i int) {
-		cn, err := dialers[i*len(dialers)/n].Dial("tcp", c.socksAddr)
+		cn, err := dialers[i*len(dialers)/n].Dial("tcp", addr)
 		if err != nil {
-			cut.Add(1)
+			failed.Add(1)
 			return
 		}
+		dialed.Add(1)
 		h.add(cn)
-		_ = cn.SetDeadline(time.Now().Add(10 * time.Second))
-		reply := make([]byte, 2)
-		if _, err := cn.Write([]byte{5, 1, 2}); err != nil {
-			cut.Add(1)
-			return
+		if greet != nil && !greet(cn) {
+			ungreeted.Add(1)
 		}
-		if _, err := io.ReadFull(cn, reply); err != nil || reply[0] != 5 || reply[1] != 2 {
-			cut.Add(1) // evicted, or refused at the limit
-			return
-		}
-		_ = cn.SetDeadline(time.Time{})
-		greeted.Add(1)
 	})
 	holdUntil(start, dur)
-	t.Logf("ATTACK %-22s %d greeted and idle, %d cut before the method choice, at most %d held at once", "socks idle greetings", greeted.Load(), cut.Load(), h.peak)
-	if greeted.Load() == 0 {
-		t.Errorf("socks idle greetings: no connection was ever greeted: the listener did not answer")
+	t.Logf("ATTACK %-22s %d dialled (%d failed to connect, %d cut before their greeting was answered), at most %d held at once", name, dialed.Load(), failed.Load(), ungreeted.Load(), h.peak)
+	if greet != nil && ungreeted.Load() == dialed.Load() {
+		t.Errorf("%s: no greeting was ever answered: the listener did not answer", name)
 	}
 	if strings.Contains(c.log.String(), "too many open files") {
-		t.Errorf("socks idle greetings: the operator ran out of descriptors")
+		t.Errorf("%s: the operator ran out of descriptors", name)
 	}
-	l.finish(t, "socks idle greetings", c)
+	l.finish(t, name, c)
 }
 
 // attackGatewayHeads: 8,000 connections without credentials each send 30 KB of a request head
