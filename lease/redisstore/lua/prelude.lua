@@ -75,6 +75,21 @@ local function place(key)
   end
 end
 
+-- drop_from_bucket takes key out of bucket b's sets; the last member out deletes the bucket.
+local function drop_from_bucket(key, b)
+  redis.call('SREM', P .. 'bm:' .. b, key)
+  redis.call('SREM', P .. 'bu:' .. b, key)
+  redis.call('SREM', P .. 'bf:' .. b, key)
+  redis.call('ZREM', P .. 'bz:' .. b, key)
+  if redis.call('SCARD', P .. 'bm:' .. b) == 0 then
+    redis.call('DEL', P .. 'bm:' .. b, P .. 'bu:' .. b, P .. 'bf:' .. b, P .. 'bz:' .. b)
+    redis.call('HDEL', P .. 'bkt', b)
+    redis.call('HDEL', P .. 'bns', b)
+    redis.call('HDEL', P .. 'bpool', b)
+    redis.call('INCR', P .. 'bver')
+  end
+end
+
 -- end_lease removes a lease and frees its slot; the session goes idle with its last lease,
 -- and only when it is still bound to the lease's proxy.
 local function end_lease(id)

@@ -1,19 +1,6 @@
 -- ARGV from 3, in groups of 11: key, proxy JSON, bucket id, bucket attributes JSON, most
 -- leases, leasable ('1' or '0'), latency ms, health JSON, namespace, 'namespace/pool' ('' : none),
 -- band penalty (0 best .. 3 ungraded; 0 for all when the operator does not lease by quality).
-local function drop_from_bucket(key, b)
-  redis.call('SREM', P .. 'bm:' .. b, key)
-  redis.call('SREM', P .. 'bu:' .. b, key)
-  redis.call('SREM', P .. 'bf:' .. b, key)
-  redis.call('ZREM', P .. 'bz:' .. b, key)
-  if redis.call('SCARD', P .. 'bm:' .. b) == 0 then
-    redis.call('DEL', P .. 'bm:' .. b, P .. 'bu:' .. b, P .. 'bf:' .. b, P .. 'bz:' .. b)
-    redis.call('HDEL', P .. 'bkt', b)
-    redis.call('HDEL', P .. 'bns', b)
-    redis.call('HDEL', P .. 'bpool', b)
-    redis.call('INCR', P .. 'bver')
-  end
-end
 for i = 3, #ARGV, 11 do
   local key, pj, b, attrs, max, ok, lat, hj = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], ARGV[i + 6], ARGV[i + 7]
   if redis.call('HSETNX', P .. 'bkt', b, attrs) == 1 then
