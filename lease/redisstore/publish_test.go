@@ -1,16 +1,15 @@
 package redisstore
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
+	"github.com/proxy-operator/proxy-operator/internal/logtest"
 	"github.com/proxy-operator/proxy-operator/internal/redistest"
 	"github.com/proxy-operator/proxy-operator/lease"
 )
@@ -50,7 +49,7 @@ func TestPublisherAfterARestart(t *testing.T) {
 	after := fleet.New(time.Now, 0)
 	after.Upsert(fleet.Proxy{Key: "ns/a", IP: "10.0.0.1", Port: 3128, MaxLeases: 2})
 	var complete atomic.Bool
-	var logged syncBuffer
+	var logged logtest.Buffer
 	pub := NewPublisher(PublisherConfig{Store: s, Fleet: after, Health: staticHealth{}, Complete: complete.Load, Refresh: 10 * time.Millisecond,
 		Log: slog.New(slog.NewTextHandler(&logged, nil))})
 	if err := pub.Sync(ctx); err != nil {
@@ -103,22 +102,4 @@ func TestPublisherAfterARestart(t *testing.T) {
 	if l, err := s.Acquire(ctx, lease.Request{TTL: time.Minute, Selector: map[string]string{"geo": "eu"}}); err != nil || l.Proxy.Key != "ns/c" {
 		t.Errorf("lease on the new attribute set: %+v, %v", l, err)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the publisher's goroutine and the test's reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
