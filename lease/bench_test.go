@@ -7,20 +7,21 @@ import (
 	"time"
 
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
+	"github.com/proxy-operator/proxy-operator/internal/healthtest"
 	"github.com/proxy-operator/proxy-operator/internal/verdict"
 )
 
 // benchFleet is n healthy proxies over 10 attribute sets.
-func benchFleet(n int) (*fleet.View, *fakeHealth, []fleet.Proxy) {
+func benchFleet(n int) (*fleet.View, *healthtest.Map, []fleet.Proxy) {
 	view := fleet.New(time.Now, 0)
-	health := newFakeHealth()
+	health := &healthtest.Map{}
 	geos := []string{"eu", "us", "asia", "sa", "af"}
 	var all []fleet.Proxy
 	for i := range n {
 		p := fleet.Proxy{Key: fmt.Sprintf("ns/p%06d", i), IP: "10.0.0.1", Port: 3128, MaxLeases: 4,
 			Attributes: map[string]string{"geo": geos[i%5], "purpose": []string{"crawl", "scrape"}[i/5%2]}}
 		view.Upsert(p)
-		health.set(p.Key, verdict.Healthy, int64(20+i*7919%300))
+		health.SetState(p.Key, verdict.Healthy, int64(20+i*7919%300))
 		all = append(all, p)
 	}
 	return view, health, all

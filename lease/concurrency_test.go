@@ -17,6 +17,7 @@ import (
 
 	"github.com/proxy-operator/proxy-operator/internal/clocktest"
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
+	"github.com/proxy-operator/proxy-operator/internal/healthtest"
 	"github.com/proxy-operator/proxy-operator/internal/verdict"
 )
 
@@ -24,7 +25,7 @@ import (
 // arrives in the order the store applied changes) and checked at every grant.
 type model struct {
 	max        map[string]int
-	health     *fakeHealth
+	health     *healthtest.Map
 	held       map[string]string // lease ID -> proxy
 	count      map[string]int
 	cool       map[coolKey]time.Time
@@ -101,7 +102,7 @@ func TestConcurrentInvariants(t *testing.T) {
 
 	clock := clocktest.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	view := fleet.New(clock.Now, 0)
-	health := newFakeHealth()
+	health := &healthtest.Map{}
 	md := &model{max: map[string]int{}, health: health, held: map[string]string{}, count: map[string]int{}, cool: map[coolKey]time.Time{}, byTarget: map[coolKey]int{}}
 	const proxies = 40
 	records := make([]fleet.Proxy, proxies)
@@ -111,7 +112,7 @@ func TestConcurrentInvariants(t *testing.T) {
 		records[i] = p
 		md.max[p.Key] = int(p.MaxLeases)
 		view.Upsert(p)
-		health.set(p.Key, verdict.Healthy, int64(rand.IntN(100)))
+		health.SetState(p.Key, verdict.Healthy, int64(rand.IntN(100)))
 	}
 	store := NewMemory(Config{Fleet: view, Health: health, Now: clock.Now, Observe: md.observe,
 		ReapInterval: 5 * time.Millisecond, HealthRefresh: 7 * time.Millisecond, MinSyncInterval: time.Millisecond})
@@ -148,7 +149,7 @@ func TestConcurrentInvariants(t *testing.T) {
 					if rng.IntN(3) == 0 {
 						state = verdict.Unhealthy
 					}
-					health.set(k, state, int64(rng.IntN(100)))
+					health.SetState(k, state, int64(rng.IntN(100)))
 					world.Unlock()
 					continue
 				case op < 3: // fleet churn: a proxy leaves and comes back

@@ -153,8 +153,8 @@ func TestAcquireScopedToNamespaces(t *testing.T) {
 	} {
 		f.view.Upsert(p)
 	}
-	f.health.set("team-a/p", verdict.Healthy, 90)
-	f.health.set("team-b/p", verdict.Healthy, 10) // the better one
+	f.health.SetState("team-a/p", verdict.Healthy, 90)
+	f.health.SetState("team-b/p", verdict.Healthy, 10) // the better one
 	if got := f.mustAcquire(t, Request{SessionKey: "s"}).Proxy.Key; got != "team-b/p" {
 		t.Fatalf("unscoped lease on %s, want team-b/p", got)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,35 +11,13 @@ import (
 
 	"github.com/proxy-operator/proxy-operator/internal/clocktest"
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
+	"github.com/proxy-operator/proxy-operator/internal/healthtest"
 	"github.com/proxy-operator/proxy-operator/internal/verdict"
 )
 
-// fakeHealth is a settable verdict per key; absent keys are Unknown.
-type fakeHealth struct {
-	mu sync.RWMutex
-	m  map[string]verdict.Health
-}
-
-func newFakeHealth() *fakeHealth { return &fakeHealth{m: map[string]verdict.Health{}} }
-
-func (f *fakeHealth) Health(key string) verdict.Health {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	if h, ok := f.m[key]; ok {
-		return h
-	}
-	return verdict.Health{State: verdict.Unknown}
-}
-
-func (f *fakeHealth) set(key string, state verdict.State, latency int64) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.m[key] = verdict.Health{State: state, LatencyMillis: latency}
-}
-
 type fixture struct {
 	view   *fleet.View
-	health *fakeHealth
+	health *healthtest.Map
 	clock  *clocktest.Clock
 	store  *Memory
 }
@@ -60,7 +37,7 @@ type spec struct {
 func newFixture(t *testing.T, specs ...spec) *fixture {
 	t.Helper()
 	clock := clocktest.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	f := &fixture{view: fleet.New(clock.Now, 0), health: newFakeHealth(), clock: clock}
+	f := &fixture{view: fleet.New(clock.Now, 0), health: &healthtest.Map{}, clock: clock}
 	for _, s := range specs {
 		f.add(s)
 	}
@@ -82,7 +59,7 @@ func (f *fixture) add(s spec) {
 	if s.unhealthy {
 		state = verdict.Unhealthy
 	}
-	f.health.set(p.Key, state, s.latency)
+	f.health.SetState(p.Key, state, s.latency)
 }
 
 func (f *fixture) acquire(t *testing.T, r Request) (Lease, error) {
@@ -396,7 +373,7 @@ func TestStickySession(t *testing.T) {
 	}
 
 	// Unhealthy: a new proxy.
-	f.health.set(moved.Proxy.Key, verdict.Unhealthy, 0)
+	f.health.SetState(moved.Proxy.Key, verdict.Unhealthy, 0)
 	if got := f.mustAcquire(t, Request{SessionKey: "s1"}).Proxy.Key; got == moved.Proxy.Key {
 		t.Errorf("session kept unhealthy %s", got)
 	}
@@ -473,14 +450,14 @@ func TestRecoveredProxyReturnsOnRefresh(t *testing.T) {
 	if _, err := f.acquire(t, Request{}); !errors.Is(err, ErrNoMatch) {
 		t.Fatalf("unhealthy: err %v, want ErrNoMatch", err)
 	}
-	f.health.set("ns/a", verdict.Healthy, 5)
+	f.health.SetState("ns/a", verdict.Healthy, 5)
 	f.store.RefreshHealth()
 	f.mustAcquire(t, Request{})
 }
 
 func TestLatencyOrderFollowsRefresh(t *testing.T) {
 	f := newFixture(t, spec{name: "a", max: 5, latency: 10}, spec{name: "b", max: 5, latency: 20})
-	f.health.set("ns/a", verdict.Healthy, 500)
+	f.health.SetState("ns/a", verdict.Healthy, 500)
 	f.store.RefreshHealth()
 	if got := f.mustAcquire(t, Request{}).Proxy.Key; got != "ns/b" {
 		t.Errorf("lease on %s, want ns/b (now faster)", got)
@@ -570,7 +547,7 @@ func TestRunFollowsTheFleet(t *testing.T) {
 		defer f.store.mu.Unlock()
 		return len(f.store.leases) == 0
 	})
-	f.health.set("ns/c", verdict.Healthy, 1)
+	f.health.SetState("ns/c", verdict.Healthy, 1)
 	waitFor("offered the recovered proxy", func() bool {
 		f.store.mu.Lock()
 		defer f.store.mu.Unlock()
@@ -590,7 +567,7 @@ func TestHealthChangedOffersAtOnce(t *testing.T) {
 		t.Fatal("leased an unhealthy proxy")
 	}
 	f.run(t)
-	f.health.set("ns/a", verdict.Healthy, 1)
+	f.health.SetState("ns/a", verdict.Healthy, 1)
 	f.store.HealthChanged()
 	f.store.HealthChanged() // a second kick while one is pending does not block
 	deadline := time.Now().Add(10 * time.Second)

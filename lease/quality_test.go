@@ -12,12 +12,6 @@ import (
 	"github.com/proxy-operator/proxy-operator/internal/verdict"
 )
 
-func (f *fakeHealth) setHealth(key string, h verdict.Health) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.m[key] = h
-}
-
 // TestBandBeforeLoadAndLatency: with PreferBand, a Good proxy is leased before a Fair one
 // even when the Fair one is idle and faster; without it, bands are ignored.
 func TestBandBeforeLoadAndLatency(t *testing.T) {
@@ -33,7 +27,7 @@ func TestBandBeforeLoadAndLatency(t *testing.T) {
 		for key, b := range map[string]v1.QualityBand{"ns/good": v1.BandGood, "ns/fair": v1.BandFair, "ns/poor": v1.BandPoor} {
 			h := f.health.Health(key)
 			h.Band = b
-			f.health.setHealth(key, h)
+			f.health.Set(key, h)
 		}
 		var got []string
 		for range tc.want {
@@ -53,14 +47,14 @@ func TestBandChangeFollowsRefresh(t *testing.T) {
 	for _, k := range []string{"ns/a", "ns/b"} {
 		h := f.health.Health(k)
 		h.Band = v1.BandGood
-		f.health.setHealth(k, h)
+		f.health.Set(k, h)
 	}
 	if got := f.mustAcquire(t, Request{Target: "x"}).Proxy.Key; got != "ns/a" {
 		t.Fatalf("lease on %s, want ns/a (faster)", got)
 	}
 	h := f.health.Health("ns/a")
 	h.Band = v1.BandPoor
-	f.health.setHealth("ns/a", h)
+	f.health.Set("ns/a", h)
 	f.store.RefreshHealth()
 	if got := f.mustAcquire(t, Request{Target: "y"}).Proxy.Key; got != "ns/b" {
 		t.Errorf("lease on %s, want ns/b (ns/a demoted to Poor)", got)
@@ -81,7 +75,7 @@ func TestExitMismatchIsNotLeased(t *testing.T) {
 		f := newFixture(t)
 		p := fleet.Proxy{Key: "ns/ext", UID: "ext", Mode: v1.ModeExternal, IP: "10.0.0.1", Port: 3128, MaxLeases: 5, Verify: tc.verify}
 		f.view.Upsert(p)
-		f.health.setHealth(p.Key, verdict.Health{State: verdict.Healthy,
+		f.health.Set(p.Key, verdict.Health{State: verdict.Healthy,
 			Exit: verdict.Exit{IP: "198.51.100.7", Mismatch: "exit 198.51.100.7 is outside expectedExit 203.0.113.0/24"}})
 		_, err := f.acquire(t, Request{})
 		if leased := err == nil; leased != tc.leased {
