@@ -201,63 +201,6 @@ func TestCreateWithMismatchedTokenReadsItsInstance(t *testing.T) {
 	}
 }
 
-// TestGetMapsStates: pending waits without an address, running has the public IP,
-// shutting-down is Terminated (replaced, not waited for), terminated is NotFound.
-func TestGetMapsStates(t *testing.T) {
-	p, srv, clock := standIn(t, Config{})
-	id, err := p.Create(testCtx(t), createRequest())
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, iid, _ := ParseID(id)
-	check := func(wantState providers.State, wantIP bool) {
-		t.Helper()
-		in, err := p.Get(testCtx(t), id)
-		if err != nil {
-			t.Fatalf("Get: %v", err)
-		}
-		if in.State != wantState || (in.IP != "") != wantIP || in.OwnerUID != testUID || in.SpecHash != testHash {
-			t.Errorf("Get = %+v, want state %s with IP %v", in, wantState, wantIP)
-		}
-	}
-	check(providers.StateProvisioning, false)
-	clock.Advance(ec2test.ProvisionDelay)
-	check(providers.StateRunning, true)
-	srv.Terminate(iid)
-	check(providers.StateTerminated, false)
-	clock.Advance(ec2test.ShutdownDelay)
-	if _, err := p.Get(testCtx(t), id); !errors.Is(err, providers.ErrNotFound) {
-		t.Errorf("Get of a terminated instance: %v, want NotFound", err)
-	}
-}
-
-func TestListByTagReadsEveryPage(t *testing.T) {
-	p, srv, _ := standIn(t, Config{})
-	srv.SetPageSize(2)
-	want := map[string]bool{}
-	for i := range 5 {
-		req := createRequest()
-		req.OwnerUID = testUID[:len(testUID)-1] + string(rune('a'+i))
-		req.Name = providers.InstanceName(req.OwnerUID, testHash)
-		id, err := p.Create(testCtx(t), req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want[id] = true
-	}
-	list, err := p.ListByTag(testCtx(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]bool{}
-	for _, in := range list {
-		got[in.ID] = true
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("listed (-want +got):\n%s", diff)
-	}
-}
-
 // TestErrorCodes: EC2's codes, through the real SDK's parsing, land in their class.
 func TestErrorCodes(t *testing.T) {
 	tests := []struct {

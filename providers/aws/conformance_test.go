@@ -76,6 +76,11 @@ func TestConformance(t *testing.T) {
 				srv.Put(ec2test.Instance{ID: "i-0ffffffffffffff01", ImageID: "ami-0a1b2c3d4e5f60718", InstanceType: "t3.micro",
 					Tags: map[string]string{"Name": "someone-elses-build-box"}, Launched: clock.Now()})
 			},
+			Vanish: func(id string) {
+				_, iid, _ := ParseID(id)
+				srv.Terminate(iid)
+			},
+			Page: func() int { srv.SetPageSize(2); return 2 }(),
 		}
 	})
 }

@@ -79,6 +79,11 @@ func TestConformance(t *testing.T) {
 				api.Put(hcloudtest.Server{ID: 42, Name: "someones-build-box", ServerType: "cx22", Image: "debian-12",
 					Labels: map[string]string{"team": "ci"}, Created: clock.Now().Add(-time.Hour)})
 			},
+			Vanish: func(id string) {
+				sid, _ := ParseID(id)
+				api.Remove(sid)
+			},
+			Page: 50, // the provider asks for 50 a page, the API's most
 		}
 	})
 }

@@ -101,47 +101,6 @@ func TestCreateTakenName(t *testing.T) {
 	}
 }
 
-func TestGetMapsStates(t *testing.T) {
-	p, api, clock := standIn(t, Config{Location: "fsn1"})
-	id, err := p.Create(testCtx(t), createRequest())
-	if err != nil {
-		t.Fatal(err)
-	}
-	sid, _ := ParseID(id)
-	check := func(wantState providers.State, wantIP bool) {
-		t.Helper()
-		in, err := p.Get(testCtx(t), id)
-		if err != nil {
-			t.Fatalf("Get: %v", err)
-		}
-		if in.State != wantState || (in.IP != "") != wantIP || in.OwnerUID != testUID || in.SpecHash != testHash {
-			t.Errorf("Get = %+v, want state %s with IP %v", in, wantState, wantIP)
-		}
-	}
-	check(providers.StateProvisioning, false)
-	clock.Advance(hcloudtest.ProvisionDelay)
-	check(providers.StateRunning, true)
-	api.Remove(sid)
-	check(providers.StateTerminated, false)
-	clock.Advance(hcloudtest.DeleteDelay)
-	if _, err := p.Get(testCtx(t), id); !errors.Is(err, providers.ErrNotFound) {
-		t.Errorf("Get of a deleted server: %v, want NotFound", err)
-	}
-}
-
-// TestListByTagReadsEveryPage: more servers than a page (50) are all listed.
-func TestListByTagReadsEveryPage(t *testing.T) {
-	p, api, clock := standIn(t, Config{Location: "fsn1"})
-	for i := range 60 {
-		api.Put(hcloudtest.Server{ID: int64(1000 + i), Name: "proxy-" + string(rune('a'+i%26)) + string(rune('a'+i/26)), ServerType: "cx22",
-			Image: "ubuntu-24.04", Created: clock.Now(), Labels: map[string]string{providers.TagManaged: "true", providers.TagOwnerUID: "u"}})
-	}
-	list, err := p.ListByTag(testCtx(t))
-	if err != nil || len(list) != 60 {
-		t.Errorf("ListByTag = %d servers, %v; want 60", len(list), err)
-	}
-}
-
 func TestErrorCodes(t *testing.T) {
 	tests := []struct {
 		code   string

@@ -40,6 +40,12 @@ type Env struct {
 	// Foreign puts an instance into the cloud that this operator did not make (no managed
 	// tag), which ListByTag must not show.
 	Foreign func()
+	// Vanish ends instance id from the cloud's side (a spot reclaim, a deletion in the
+	// console): Get must stop calling it Running at once and, once settled, say NotFound.
+	Vanish func(id string)
+	// Page is how many instances one page of the cloud's list carries (the stand-in may be
+	// set to a small page for this); ListByTag must read every page. 0 skips the case.
+	Page int
 }
 
 // Factory builds a fresh Env for one case; it registers its own cleanup on t.
@@ -112,6 +118,8 @@ var cases = []struct {
 	{"ErrorClasses", errorClasses},
 	{"CancelledContext", cancelled},
 	{"DeadlineWhileCloudHangs", hanging},
+	{"GetFollowsTheCloud", followsTheCloud},
+	{"ListByTagReadsEveryPage", everyPage},
 }
 
 func mustCreate(t *testing.T, e Env, uid string) string {
@@ -241,6 +249,44 @@ func waitGone(t *testing.T, e Env, id string) {
 		e.Settle()
 	}
 	t.Fatalf("%s not NotFound after %d settle steps", id, settleSteps)
+}
+
+// followsTheCloud: an instance the cloud ends by itself is no longer Running for Get (it is
+// Terminated, to be replaced, or already NotFound), then NotFound.
+func followsTheCloud(t *testing.T, e Env) {
+	if e.Vanish == nil {
+		t.Skip("the stand-in cannot end an instance by itself (no Vanish)")
+	}
+	id := mustCreate(t, e, uidA)
+	waitRunning(t, e, id)
+	e.Vanish(id)
+	if in, err := e.Provider.Get(ctxFor(t), id); err == nil && in.State != providers.StateTerminated {
+		t.Errorf("Get of an instance the cloud ended: %s, want Terminated or NotFound", in.State)
+	}
+	waitGone(t, e, id)
+}
+
+// everyPage: more instances than a page are all listed.
+func everyPage(t *testing.T, e Env) {
+	if e.Page == 0 {
+		t.Skip("no page size to exceed (Page is 0)")
+	}
+	want := map[string]bool{}
+	for i := range e.Page + 3 {
+		uid := fmt.Sprintf("%s%03d", uidA[:len(uidA)-3], i)
+		want[mustCreate(t, e, uid)] = true
+	}
+	all, err := e.Provider.ListByTag(ctxFor(t))
+	if err != nil {
+		t.Fatalf("ListByTag: %v", err)
+	}
+	got := map[string]bool{}
+	for _, in := range all {
+		got[in.ID] = true
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("ListByTag over %d pages (-want +got):\n%s", (e.Page+3+e.Page-1)/e.Page, diff)
+	}
 }
 
 func notFoundAfterDelete(t *testing.T, e Env) {
