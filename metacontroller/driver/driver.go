@@ -442,22 +442,31 @@ func (d *Driver) sync(key string) error {
 	return nil
 }
 
-// applyStatus replaces the status, injecting observedGeneration, and writes only when the
-// result differs from the live status; a write is an update event, so it queues a sync.
-func (d *Driver) applyStatus(o *object, raw any) error {
+// decodeStatus decodes a hook's status answer into the CRD's status type S, strictly: a field
+// the CRD schema does not declare would be pruned by the API server and rewritten on every
+// sync. A null status is S's zero value.
+func decodeStatus[S any](raw any) (S, error) {
+	var st S
 	b, err := json.Marshal(raw)
 	if err != nil {
-		return err
+		return st, err
 	}
-	var st v1.ProxyStatus
 	if string(b) != "null" {
-		// Strict: a field the CRD schema does not declare would be pruned by the API server
-		// and rewritten on every sync.
 		dec := json.NewDecoder(bytes.NewReader(b))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&st); err != nil {
-			return fmt.Errorf("status not in the CRD schema: %w", err)
+			return st, fmt.Errorf("status not in the CRD schema: %w", err)
 		}
+	}
+	return st, nil
+}
+
+// applyStatus replaces the status, injecting observedGeneration, and writes only when the
+// result differs from the live status; a write is an update event, so it queues a sync.
+func (d *Driver) applyStatus(o *object, raw any) error {
+	st, err := decodeStatus[v1.ProxyStatus](raw)
+	if err != nil {
+		return err
 	}
 	st.ObservedGeneration = o.parent.Generation
 	if jsonEqual(o.parent.Status, st) {

@@ -346,17 +346,9 @@ func (ps *Pools) syncPool(key string) error {
 }
 
 func (ps *Pools) applyPoolStatus(o *poolObject, raw any, now time.Time) error {
-	b, err := json.Marshal(raw)
+	st, err := decodeStatus[v1.ProxyPoolStatus](raw)
 	if err != nil {
 		return err
-	}
-	var st v1.ProxyPoolStatus
-	if string(b) != "null" {
-		dec := json.NewDecoder(bytes.NewReader(b))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&st); err != nil {
-			return fmt.Errorf("status not in the CRD schema: %w", err)
-		}
 	}
 	st.ObservedGeneration = o.parent.Generation
 	if jsonEqual(o.parent.Status, st) {
