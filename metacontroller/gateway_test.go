@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
@@ -68,16 +69,32 @@ func TestHAOverlayGateway(t *testing.T) {
 	if !selects(np.Spec.PodSelector.MatchLabels, labels) {
 		t.Errorf("NetworkPolicy selects %v, not the gateway pods", np.Spec.PodSelector.MatchLabels)
 	}
-	open := false
-	for _, in := range np.Spec.Ingress {
-		for _, p := range in.Ports {
-			if p.Port != nil && p.Port.IntValue() == int(port) {
-				open = true
-			}
+	socksAddr, ok := argValue(c.Args, "-gateway-socks-addr")
+	if !ok {
+		t.Fatalf("args %q lack -gateway-socks-addr", c.Args)
+	}
+	socksPort := listenPort(t, socksAddr)
+	svcPorts := map[string]int32{}
+	for _, p := range svc.Spec.Ports {
+		if p.Name != "metrics" {
+			svcPorts[p.Name] = containerPort(t, c, p.TargetPort)
 		}
 	}
-	if !open {
-		t.Errorf("NetworkPolicy does not admit the gateway port %d", port)
+	if diff := cmp.Diff(map[string]int32{"gateway": port, "socks": socksPort}, svcPorts); diff != "" {
+		t.Errorf("gateway Service ports -> the replicas' container ports (-want +got):\n%s", diff)
+	}
+	for _, want := range []int32{port, socksPort} {
+		open := false
+		for _, in := range np.Spec.Ingress {
+			for _, p := range in.Ports {
+				if p.Port != nil && p.Port.IntValue() == int(want) {
+					open = true
+				}
+			}
+		}
+		if !open {
+			t.Errorf("NetworkPolicy does not admit the gateway port %d", want)
+		}
 	}
 	for _, e := range c.Env {
 		if e.Name == "DISCOVERY_TOKEN" && (e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil) {

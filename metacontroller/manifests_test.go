@@ -440,6 +440,11 @@ func TestWiringAgrees(t *testing.T) {
 		t.Fatalf("container args %q lack -gateway-addr: the base install serves the gateway", c.Args)
 	}
 	gwPort := listenPort(t, gwAddr)
+	socksAddr, ok := argValue(c.Args, "-gateway-socks-addr")
+	if !ok {
+		t.Fatalf("container args %q lack -gateway-socks-addr: the base install serves SOCKS5 too", c.Args)
+	}
+	socksPort := listenPort(t, socksAddr)
 
 	var pools compositeController
 	r.get(t, "CompositeController//proxy-operator-pools", &pools)
@@ -533,12 +538,13 @@ func TestWiringAgrees(t *testing.T) {
 		}
 	})
 
-	t.Run("gateway service reaches the gateway listener", func(t *testing.T) {
-		if len(gw.Spec.Ports) != 1 {
-			t.Fatalf("gateway service has %d ports, want 1", len(gw.Spec.Ports))
+	t.Run("gateway service reaches the gateway's HTTP and SOCKS5 listeners", func(t *testing.T) {
+		got := map[string]int32{}
+		for _, p := range gw.Spec.Ports {
+			got[p.Name] = containerPort(t, c, p.TargetPort)
 		}
-		if got := containerPort(t, c, gw.Spec.Ports[0].TargetPort); got != gwPort {
-			t.Errorf("gateway service -> container port %d, but -gateway-addr listens on %d", got, gwPort)
+		if diff := cmp.Diff(map[string]int32{"gateway": gwPort, "socks": socksPort}, got); diff != "" {
+			t.Errorf("gateway service ports -> container ports (-want: -gateway-addr, -gateway-socks-addr +got):\n%s", diff)
 		}
 	})
 
@@ -587,7 +593,7 @@ func TestWiringAgrees(t *testing.T) {
 				got[port] = append(got[port], from)
 			}
 		}
-		want := map[int32][]string{hookPort: {"metacontroller"}, discPort: {"anyone"}, gwPort: {"anyone"}}
+		want := map[int32][]string{hookPort: {"metacontroller"}, discPort: {"anyone"}, gwPort: {"anyone"}, socksPort: {"anyone"}}
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("ingress by port (-want +got):\n%s", diff)
 		}
