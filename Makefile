@@ -123,9 +123,9 @@ bench-crawl:
 bench-scrapy:
 	cd clients/python && GO="$(GO)" $(PYTHON) tests/bench_scrapy.py $(SCRAPY_PAGES)
 
-## bench-naive: a curl loop, requests in 4 threads and Scrapy's defaults through the gateway on issue 31's rate-limited site, 3 and 16 demo proxies (about 3 minutes)
+## bench-naive: a curl loop, requests in 4 threads and Scrapy's defaults through the gateway on issue 31's rate-limited site, 3 and 16 demo proxies, 17 s of ideal crawl each (NAIVE_SECONDS; about 4 minutes)
 bench-naive:
-	cd clients/python && GO="$(GO)" $(PYTHON) tests/bench_naive.py $(NAIVE_PAGES)
+	cd clients/python && GO="$(GO)" $(PYTHON) tests/bench_naive.py $(NAIVE_SECONDS)
 
 ## bench-crawl-score: leases with and without the quality score on a farm with datacenter and slow proxies (about 4 minutes)
 bench-crawl-score:

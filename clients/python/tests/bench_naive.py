@@ -2,15 +2,16 @@
 
 Issue 31's question, asked with the clients' own habits: a curl loop with no delay, Python
 requests in 4 threads at full speed, and Scrapy with its default settings pointed at the
-gateway by http_proxy. Each crawls PAGES pages of the crawl farm's rate-limited site (1 request
+gateway by http_proxy. Each crawls SECONDS x proxies pages of the crawl farm's rate-limited site (1 request
 a second per source IP, burst 1, 429 with Retry-After 2 beyond it, a 60 s ban for an IP that
 sends a 6th request while told to wait) through a fresh operator whose demo fleet has 3, then
 16, mock proxies (each leaving from its own 127.x address), on a fresh farm each time.
-Ideal time = pages / (proxies x 1 request/s); Scrapy's time is its crawl's own (from its engine's start),
+Ideal time = pages / (proxies x 1 request/s) = SECONDS for 3 and for 16 proxies alike (a crawl of a
+few seconds would measure the operator's first half second, not its pace); Scrapy's time is its crawl's own (from its engine's start),
 not Python's start-up. Prints a Markdown table; exits 1 when a page is
 missing or the site answered a 403.
 
-    python3 clients/python/tests/bench_naive.py [PAGES]   (default 51; about 3 minutes)
+    python3 clients/python/tests/bench_naive.py [SECONDS]   (default 17: 51 and 272 pages; about 4 minutes)
 """
 
 import json
@@ -90,12 +91,13 @@ def start_operator(binary, tmp, proxies):
 
 
 def main():
-    pages = int(sys.argv[1]) if len(sys.argv) > 1 else 51
+    seconds = int(sys.argv[1]) if len(sys.argv) > 1 else 17
     tmp = tempfile.mkdtemp(prefix="bench-naive-")
     binary = build_operator(tmp)
     farm_bin = go_build("./test/crawlfarm/cmd/crawlfarm", os.path.join(tmp, "crawlfarm"))
     rows = []
     for proxies in (3, 16):
+        pages = seconds * proxies
         for name, crawl in CLIENTS:
             # A fresh operator and farm per run: nothing learned or banned carries over.
             op, proxy = start_operator(binary, tmp, proxies)
