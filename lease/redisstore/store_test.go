@@ -1,7 +1,6 @@
 package redisstore
 
 import (
-	"context"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -33,28 +32,5 @@ func envConfig(client redis.UniversalClient, env leasetest.Env) Config {
 
 // TestConformance runs the lease.Store suite against the Redis store on a real redis-server.
 func TestConformance(t *testing.T) {
-	srv := redistest.Start(t)
-	client := newClient(t, srv)
-	leasetest.Run(t, func(t *testing.T, env leasetest.Env) leasetest.Harness {
-		s, err := New(envConfig(client, env))
-		if err != nil {
-			t.Fatal(err)
-		}
-		pub := NewPublisher(PublisherConfig{Store: s, Fleet: env.Fleet, Health: env.Health, PreferBand: env.PreferBand})
-		return leasetest.Harness{
-			Store: s,
-			Sync: func(t *testing.T) {
-				t.Helper()
-				if err := pub.Sync(context.Background()); err != nil {
-					t.Fatalf("publish: %v", err)
-				}
-			},
-			Reap: func(t *testing.T) {
-				t.Helper()
-				if err := s.Sweep(context.Background()); err != nil {
-					t.Fatalf("sweep: %v", err)
-				}
-			},
-		}
-	})
+	conformance(t, newClient(t, redistest.Start(t)), 0)
 }
