@@ -16,7 +16,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/internal/verdict"
 )
 
-// Defaults for Config fields left zero.
+// Defaults for Config and Policy fields left zero.
 const (
 	DefaultRateLimitedCooldown = 15 * time.Minute
 	DefaultBannedCooldown      = time.Hour
@@ -61,26 +61,9 @@ type Config struct {
 	Health Health
 	Now    func() time.Time
 
-	// RateLimitedCooldown and BannedCooldown are the first cooldown for each result; each
-	// further report while the previous one is remembered doubles it, up to MaxCooldown.
-	RateLimitedCooldown time.Duration
-	BannedCooldown      time.Duration
-	MaxCooldown         time.Duration
-	// SessionIdle is how long a session key stays bound to its proxy after its last lease ends.
-	SessionIdle time.Duration
-	// MaxSessions bounds the session table: beyond it a new key still gets a lease, unbound,
-	// so clients that mint a key per request cannot grow memory without end.
-	MaxSessions int
-	// MaxCooldownsPerProxy and MaxCooldowns bound the remembered cooldowns per proxy and in
-	// total (defaults DefaultMaxCooldownsPerProxy, DefaultMaxCooldowns); see Store.Report.
-	MaxCooldownsPerProxy int
-	MaxCooldowns         int
-	// MaxSessionsPerNamespace and MaxCooldownsPerNamespace bound each tenant (the proxies'
-	// namespace): beyond its share a tenant's new session key is not bound and its new
-	// rate_limited pair is refused, while a banned report is always recorded, in place of
-	// the tenant's own oldest cooldown (see Store.Report).
-	MaxSessionsPerNamespace  int
-	MaxCooldownsPerNamespace int
+	// Policy is the cooldowns and bounds every store enforces (policy.go).
+	Policy
+
 	// ReapInterval and HealthRefresh pace Run; MinSyncInterval bounds how often Acquire
 	// re-reads the whole fleet when the view keeps changing (0 in tests: on every change).
 	ReapInterval    time.Duration
@@ -93,11 +76,6 @@ type Config struct {
 	// Observe, when set, is called with every change while the store's lock is held: it
 	// must be quick and must not call back into the store.
 	Observe func(Event)
-	// MaxLeasesPerHolder, above 0, bounds the live leases of one Request.Holder in one
-	// namespace: a holder at its share there is refused with a *TooManyLeasesError when no
-	// proxy outside such namespaces fits (0: no bound; requests without a holder are never
-	// bounded).
-	MaxLeasesPerHolder int
 	// PreferBand orders candidates by the verdict's quality band before load and latency
 	// (decision 0142); off, bands are ignored.
 	PreferBand bool
@@ -181,27 +159,9 @@ func NewMemory(cfg Config) *Memory {
 			*d = v
 		}
 	}
-	def(&cfg.RateLimitedCooldown, DefaultRateLimitedCooldown)
-	def(&cfg.BannedCooldown, DefaultBannedCooldown)
-	def(&cfg.MaxCooldown, DefaultMaxCooldown)
-	def(&cfg.SessionIdle, DefaultSessionIdle)
+	cfg.Policy = cfg.Policy.WithDefaults()
 	def(&cfg.ReapInterval, DefaultReapInterval)
 	def(&cfg.HealthRefresh, DefaultHealthRefresh)
-	if cfg.MaxSessions <= 0 {
-		cfg.MaxSessions = DefaultMaxSessions
-	}
-	if cfg.MaxCooldownsPerProxy <= 0 {
-		cfg.MaxCooldownsPerProxy = DefaultMaxCooldownsPerProxy
-	}
-	if cfg.MaxCooldowns <= 0 {
-		cfg.MaxCooldowns = DefaultMaxCooldowns
-	}
-	if cfg.MaxSessionsPerNamespace <= 0 {
-		cfg.MaxSessionsPerNamespace = min(DefaultMaxSessionsPerNamespace, cfg.MaxSessions)
-	}
-	if cfg.MaxCooldownsPerNamespace <= 0 {
-		cfg.MaxCooldownsPerNamespace = min(DefaultMaxCooldownsPerNamespace, cfg.MaxCooldowns)
-	}
 	if cfg.MinSyncInterval < 0 {
 		cfg.MinSyncInterval = 0
 	}

@@ -186,10 +186,12 @@ type DiscoveryAPIConfig struct {
 // store, the Redis store, the operator and the discovery subcommand (the cooldown policy
 // travels with each report, so every process sharing a store must agree on it).
 type LeaseConfig struct {
-	MaxTTL      time.Duration
-	Cooldown    time.Duration
-	BanCooldown time.Duration
-	MaxCooldown time.Duration
+	MaxTTL time.Duration
+	// Policy is the cooldowns and the bounds every store enforces (lease.Policy): the flags
+	// set RateLimitedCooldown, BannedCooldown, MaxCooldown and MaxLeasesPerHolder (the live
+	// leases one discovery token holds in one namespace when more than one token is
+	// configured, decision 0201; 0: no bound); the rest keep lease.DefaultPolicy's values.
+	lease.Policy
 	// Store, when set, is the URL of a Redis (redis://, redis+sentinel://, redis+cluster://,
 	// rediss for TLS: see redisstore.ClientConfig) that keeps leases, cooldowns and sessions,
 	// and to which the fleet and health are published for discovery replicas; empty: the
@@ -204,9 +206,6 @@ type LeaseConfig struct {
 	// (redisstore.Config.WaitReplicas).
 	CAFile, CertFile, KeyFile string
 	WaitReplicas              int
-	// MaxPerToken bounds the live leases one discovery token holds in one namespace, when
-	// more than one token is configured (decision 0201); 0: no bound.
-	MaxPerToken int
 	// Observe, when set, sees every change of the lease store under its lock (tests; the
 	// in-memory store only).
 	Observe func(lease.Event)
@@ -303,8 +302,7 @@ func Defaults() Config {
 
 // DefaultLease is the lease policy the flags show when none is given.
 func DefaultLease() LeaseConfig {
-	return LeaseConfig{MaxTTL: discovery.DefaultMaxLeaseTTL, Cooldown: 15 * time.Minute, BanCooldown: time.Hour, MaxCooldown: 24 * time.Hour,
-		MaxPerToken: lease.DefaultMaxLeasesPerHolder}
+	return LeaseConfig{MaxTTL: discovery.DefaultMaxLeaseTTL, Policy: lease.DefaultPolicy()}
 }
 
 // orDuration sets *v to def when it is zero.
@@ -340,11 +338,8 @@ func (c Config) withDefaults() Config {
 }
 
 func (l LeaseConfig) withDefaults() LeaseConfig {
-	d := DefaultLease()
-	orDuration(&l.MaxTTL, d.MaxTTL)
-	orDuration(&l.Cooldown, d.Cooldown)
-	orDuration(&l.BanCooldown, d.BanCooldown)
-	orDuration(&l.MaxCooldown, d.MaxCooldown)
+	orDuration(&l.MaxTTL, DefaultLease().MaxTTL)
+	l.Policy = l.Policy.WithDefaults()
 	return l
 }
 
@@ -382,11 +377,11 @@ func (c Config) Validate() error {
 
 // Validate says which lease setting is out of range.
 func (l LeaseConfig) Validate() error {
-	if l.MaxTTL <= 0 || l.Cooldown <= 0 || l.BanCooldown <= 0 || l.MaxCooldown < l.BanCooldown || l.MaxCooldown < l.Cooldown {
+	if l.MaxTTL <= 0 || l.RateLimitedCooldown <= 0 || l.BannedCooldown <= 0 || l.MaxCooldown < l.BannedCooldown || l.MaxCooldown < l.RateLimitedCooldown {
 		return fmt.Errorf("-lease-max-ttl and the cooldowns must be positive, -lease-max-cooldown at least each cooldown")
 	}
-	if l.MaxPerToken < 0 {
-		return fmt.Errorf("-lease-max-per-token %d is negative (0: no bound)", l.MaxPerToken)
+	if l.MaxLeasesPerHolder < 0 {
+		return fmt.Errorf("-lease-max-per-token %d is negative (0: no bound)", l.MaxLeasesPerHolder)
 	}
 	return nil
 }

@@ -118,8 +118,8 @@ func (d *DiscoveryAPIConfig) bindFlags(fs *flag.FlagSet) {
 
 func (l *LeaseConfig) bindFlags(fs *flag.FlagSet, storeNote string) {
 	fs.DurationVar(&l.MaxTTL, "lease-max-ttl", l.MaxTTL, "longest lease TTL a client may ask for")
-	fs.DurationVar(&l.Cooldown, "lease-cooldown", l.Cooldown, "cooldown of a proxy for a target after a rate_limited report without the site's Retry-After (with one: exactly that); every process sharing a store must agree")
-	fs.DurationVar(&l.BanCooldown, "lease-ban-cooldown", l.BanCooldown, "cooldown of a proxy for a target after a banned report; every process sharing a store must agree")
+	fs.DurationVar(&l.RateLimitedCooldown, "lease-cooldown", l.RateLimitedCooldown, "cooldown of a proxy for a target after a rate_limited report without the site's Retry-After (with one: exactly that); every process sharing a store must agree")
+	fs.DurationVar(&l.BannedCooldown, "lease-ban-cooldown", l.BannedCooldown, "cooldown of a proxy for a target after a banned report; every process sharing a store must agree")
 	fs.DurationVar(&l.MaxCooldown, "lease-max-cooldown", l.MaxCooldown, "cap of a cooldown grown by repeated reports; every process sharing a store must agree")
 	fs.StringVar(&l.Store, "lease-store", l.Store, "Redis URL that keeps leases, cooldowns and sessions and receives the fleet for discovery replicas: "+
 		"redis://host:port[/db], redis+sentinel://host:port[,host:port]/MASTER[/db] (a Sentinel master set), "+
@@ -129,7 +129,7 @@ func (l *LeaseConfig) bindFlags(fs *flag.FlagSet, storeNote string) {
 	fs.StringVar(&l.CertFile, "lease-store-cert-file", l.CertFile, "client certificate for a rediss lease store that asks for one (with -lease-store-key-file)")
 	fs.StringVar(&l.KeyFile, "lease-store-key-file", l.KeyFile, "private key of -lease-store-cert-file")
 	fs.IntVar(&l.WaitReplicas, "lease-store-wait-replicas", l.WaitReplicas, "replicas that must confirm every lease change (Redis WAIT) before it is answered, so a Sentinel failover loses no acknowledged grant; 0: do not wait")
-	fs.IntVar(&l.MaxPerToken, "lease-max-per-token", l.MaxPerToken, "most live leases one discovery token holds in one namespace, when more than one token is configured (beyond: 429); 0: no bound")
+	fs.IntVar(&l.MaxLeasesPerHolder, "lease-max-per-token", l.MaxLeasesPerHolder, "most live leases one discovery token holds in one namespace, when more than one token is configured (beyond: 429); 0: no bound")
 	fs.StringVar(&l.StorePrefix, "lease-store-prefix", l.StorePrefix, "prefix of every Redis key of the lease store (empty: \"{proxy-operator}:\"); give each operator sharing one Redis database its own, with its discovery replicas using the same; keep a {hash tag} for Redis Cluster")
 }
 

@@ -33,8 +33,7 @@ func newRedisBackend(s LeaseConfig, admit func(fleet.Proxy) error, log *slog.Log
 		return nil, fmt.Errorf("-lease-store: %w", err)
 	}
 	store, err := redisstore.New(redisstore.Config{Client: client, WaitReplicas: s.WaitReplicas, Prefix: s.StorePrefix,
-		RateLimitedCooldown: s.Cooldown, BannedCooldown: s.BanCooldown, MaxCooldown: s.MaxCooldown,
-		MaxLeasesPerHolder: s.MaxPerToken, Admit: admit, Log: log.With("component", "lease-store")})
+		Policy: s.Policy, Admit: admit, Log: log.With("component", "lease-store")})
 	if err != nil {
 		client.Close()
 		return nil, err

@@ -394,13 +394,10 @@ func (o *Operator) buildLeases(disc *discovery.Discovery, egress *netpolicy.Poli
 	if cfg.Lease.Store == "" {
 		o.memory = lease.NewMemory(lease.Config{
 			Fleet: o.fleet, Health: o.sched, Now: time.Now,
-			RateLimitedCooldown: cfg.Lease.Cooldown,
-			BannedCooldown:      cfg.Lease.BanCooldown,
-			MaxCooldown:         cfg.Lease.MaxCooldown,
-			Observe:             cfg.Lease.Observe,
-			PreferBand:          !cfg.Quality.IgnoreBand,
-			MaxLeasesPerHolder:  cfg.Lease.MaxPerToken,
-			Admit:               admitWith(egress),
+			Policy:     cfg.Lease.Policy,
+			Observe:    cfg.Lease.Observe,
+			PreferBand: !cfg.Quality.IgnoreBand,
+			Admit:      admitWith(egress),
 		})
 		o.store = o.memory
 		registerDenied(disc.Registerer, o.memory)

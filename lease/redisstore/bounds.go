@@ -4,12 +4,8 @@ import (
 	"github.com/proxy-operator/proxy-operator/lease"
 )
 
-// The same bounds as lease.Memory's (issue 10), and the same error: a refused report is a
-// *lease.TooManyCooldownsError (discovery answers 429 naming the limit), never a 500.
-const (
-	defaultMaxCooldownsPerProxy = lease.DefaultMaxCooldownsPerProxy
-	defaultMaxCooldowns         = lease.DefaultMaxCooldowns
-)
+// The same bounds as lease.Memory's (issue 10, lease.Policy), and the same error: a refused
+// report is a *lease.TooManyCooldownsError (discovery answers 429 naming the limit), never a 500.
 
 func (s *Store) tooMany(scope, proxy string) error {
 	switch scope {

@@ -43,7 +43,7 @@ const (
 	maxDeniedRetries = 8
 )
 
-// Config configures a Store. The cooldown policy fields mean what they mean in lease.Config.
+// Config configures a Store.
 type Config struct {
 	Client redis.UniversalClient
 	// Prefix starts every key (default DefaultPrefix); two stores with different prefixes
@@ -53,25 +53,9 @@ type Config struct {
 	// the one clock every replica agrees on.
 	Now func() time.Time
 
-	RateLimitedCooldown time.Duration
-	BannedCooldown      time.Duration
-	MaxCooldown         time.Duration
-	SessionIdle         time.Duration
-	MaxSessions         int
-	// MaxCooldownsPerProxy and MaxCooldowns bound the remembered (proxy, target) pairs (0: the
-	// lease package defaults); a report that would pass them is refused.
-	MaxCooldownsPerProxy int
-	MaxCooldowns         int
-	// MaxSessionsPerNamespace and MaxCooldownsPerNamespace are each tenant's share (the
-	// namespace of the proxy a session or cooldown is on), as in lease.Config: beyond its share
-	// a tenant's new session key is not bound and its new rate_limited pair is refused, while
-	// its banned report is always recorded in place of its own oldest cooldown. 0: the lease
-	// package defaults, capped at MaxSessions and MaxCooldowns.
-	MaxSessionsPerNamespace  int
-	MaxCooldownsPerNamespace int
-	// MaxLeasesPerHolder, above 0, bounds one lease.Request.Holder's live leases per
-	// namespace, as lease.Config.MaxLeasesPerHolder does (0: no bound).
-	MaxLeasesPerHolder int
+	// Policy is the cooldowns and bounds, as lease.Memory enforces them (lease/policy.go).
+	lease.Policy
+
 	// Admit, when set, is asked about every record before it is handed out in a lease (the
 	// process's egress policy): Redis is outside input, and a record another process (or
 	// whoever can write to Redis) put there with a denied endpoint is never leased. A denied
@@ -125,30 +109,12 @@ func New(cfg Config) (*Store, error) {
 			*d = v
 		}
 	}
-	def(&cfg.RateLimitedCooldown, lease.DefaultRateLimitedCooldown)
-	def(&cfg.BannedCooldown, lease.DefaultBannedCooldown)
-	def(&cfg.MaxCooldown, lease.DefaultMaxCooldown)
-	def(&cfg.SessionIdle, lease.DefaultSessionIdle)
+	cfg.Policy = cfg.Policy.WithDefaults()
 	def(&cfg.Timeout, DefaultTimeout)
 	def(&cfg.ReapInterval, lease.DefaultReapInterval)
 	def(&cfg.WaitTimeout, DefaultWaitTimeout)
 	if cfg.WaitReplicas < 0 {
 		return nil, fmt.Errorf("redisstore: WaitReplicas %d is negative", cfg.WaitReplicas)
-	}
-	if cfg.MaxSessions <= 0 {
-		cfg.MaxSessions = lease.DefaultMaxSessions
-	}
-	if cfg.MaxCooldownsPerProxy <= 0 {
-		cfg.MaxCooldownsPerProxy = defaultMaxCooldownsPerProxy
-	}
-	if cfg.MaxCooldowns <= 0 {
-		cfg.MaxCooldowns = defaultMaxCooldowns
-	}
-	if cfg.MaxSessionsPerNamespace <= 0 {
-		cfg.MaxSessionsPerNamespace = min(lease.DefaultMaxSessionsPerNamespace, cfg.MaxSessions)
-	}
-	if cfg.MaxCooldownsPerNamespace <= 0 {
-		cfg.MaxCooldownsPerNamespace = min(lease.DefaultMaxCooldownsPerNamespace, cfg.MaxCooldowns)
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)

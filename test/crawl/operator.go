@@ -15,6 +15,7 @@ import (
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
 	"github.com/proxy-operator/proxy-operator/internal/verdict"
+	"github.com/proxy-operator/proxy-operator/lease"
 	"github.com/proxy-operator/proxy-operator/metacontroller/driver"
 	"github.com/proxy-operator/proxy-operator/providers/factory"
 	"github.com/proxy-operator/proxy-operator/providers/mock"
@@ -104,7 +105,7 @@ func StartOperator(ctx context.Context, cfg OperatorConfig) (*Operator, error) {
 		// unless allowed (decision 0250).
 		Egress:        server.EgressConfig{TargetAllow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}},
 		Providers:     server.ProvidersConfig{Parsed: &pcfg},
-		Lease:         server.LeaseConfig{Cooldown: cfg.RateLimitedCooldown, BanCooldown: cfg.BannedCooldown, MaxCooldown: cfg.MaxCooldown},
+		Lease:         server.LeaseConfig{Policy: lease.Policy{RateLimitedCooldown: cfg.RateLimitedCooldown, BannedCooldown: cfg.BannedCooldown, MaxCooldown: cfg.MaxCooldown}},
 		ShutdownGrace: 5 * time.Second,
 		Quality:       server.QualityConfig{IgnoreBand: cfg.IgnoreBand, SlowProbe: cfg.SlowProbe},
 	})

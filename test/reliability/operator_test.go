@@ -63,7 +63,7 @@ func bootOperator(t testing.TB, o operatorOpts) *operator {
 		cfg.Health.Log = slog.New(o.healthLog)
 	}
 	if o.cooldown > 0 {
-		cfg.Lease.Cooldown, cfg.Lease.BanCooldown, cfg.Lease.MaxCooldown = o.cooldown, 2*o.cooldown, 4*o.cooldown
+		cfg.Lease.RateLimitedCooldown, cfg.Lease.BannedCooldown, cfg.Lease.MaxCooldown = o.cooldown, 2*o.cooldown, 4*o.cooldown
 	}
 	p, err := op.New(cfg)
 	if err != nil {

@@ -35,7 +35,7 @@ func startRedisRig(t *testing.T, fleet *redisFleet, store op.LeaseConfig, replic
 	rig := &redisRig{hookURL: "http://" + oper.HookAddr(), discURLs: []string{"http://" + oper.DiscoveryAddr()}}
 	runs := []func(context.Context) error{oper.Run}
 	replicaLease := store
-	replicaLease.MaxTTL, replicaLease.Cooldown, replicaLease.BanCooldown, replicaLease.MaxCooldown = time.Hour, time.Minute, time.Hour, 24*time.Hour
+	replicaLease.MaxTTL, replicaLease.RateLimitedCooldown, replicaLease.BannedCooldown, replicaLease.MaxCooldown = time.Hour, time.Minute, time.Hour, 24*time.Hour
 	for range replicas {
 		replica, err := op.NewDiscovery(op.DiscoveryConfig{Discovery: op.DiscoveryAPIConfig{Addr: "127.0.0.1:0", Insecure: true},
 			Egress: op.EgressConfig{AllowLoopback: true}, // the stubs live on loopback, as the operator is told

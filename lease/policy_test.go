@@ -1,0 +1,75 @@
+package lease
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// policyDefault names a default of Policy's fields.
+var policyDefault = regexp.MustCompile(`\bDefault(RateLimitedCooldown|BannedCooldown|MaxCooldown|SessionIdle|MaxSessions|MaxCooldownsPerProxy|MaxCooldowns|MaxSessionsPerNamespace|MaxCooldownsPerNamespace|MaxLeasesPerHolder)\b`)
+
+// TestPolicyDefaultsStatedOnce: the defaults of the lease policy are read in one place,
+// DefaultPolicy, by every store and by the flags (issue 35: each cooldown default was stated in
+// lease.Memory, in redisstore.New and in the server's flag defaults). Other code takes
+// DefaultPolicy or WithDefaults; tests and the conformance suite may name the values.
+func TestPolicyDefaultsStatedOnce(t *testing.T) {
+	if !policyDefault.MatchString("DefaultMaxCooldowns") || policyDefault.MatchString("DefaultMaxCooldownsX") {
+		t.Fatal("policyDefault misclassifies")
+	}
+	checked := 0
+	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && path != ".." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "node_modules" || d.Name() == "leasetest") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		checked++
+		for i, line := range strings.Split(string(b), "\n") {
+			code, _, _ := strings.Cut(line, "//")
+			if !policyDefault.MatchString(code) {
+				continue
+			}
+			// The constants' own declarations, and DefaultPolicy.
+			switch filepath.ToSlash(path) {
+			case "../lease/policy.go":
+				continue
+			case "../lease/memory.go", "../lease/lease.go":
+				if strings.Contains(code, " = ") {
+					continue
+				}
+			}
+			t.Errorf("%s:%d names a lease policy default: take lease.DefaultPolicy() or Policy.WithDefaults() instead\n\t%s", path, i+1, strings.TrimSpace(line))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if checked < 100 {
+		t.Fatalf("read %d Go files, want the module's hundreds", checked)
+	}
+}
+
+// TestPolicyWithDefaults: unset fields take the defaults, the per-namespace shares capped at the
+// totals; set ones and MaxLeasesPerHolder 0 (no bound) stay.
+func TestPolicyWithDefaults(t *testing.T) {
+	got := Policy{RateLimitedCooldown: time.Minute, MaxSessions: 50, MaxCooldowns: -1}.WithDefaults()
+	want := DefaultPolicy()
+	want.RateLimitedCooldown, want.MaxSessions, want.MaxSessionsPerNamespace, want.MaxLeasesPerHolder = time.Minute, 50, 50, 0
+	if got != want {
+		t.Errorf("WithDefaults = %+v\nwant %+v", got, want)
+	}
+}
