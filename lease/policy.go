@@ -1,6 +1,10 @@
 package lease
 
-import "time"
+import (
+	"errors"
+	"fmt"
+	"time"
+)
 
 // Policy is what every Store enforces, the in-memory one and the Redis one alike: how long a
 // report cools a proxy for a target, how long a session outlives its last lease, and the bounds
@@ -73,4 +77,20 @@ func (p Policy) WithDefaults() Policy {
 	orInt(&p.MaxCooldownsPerNamespace, min(d.MaxCooldownsPerNamespace, p.MaxCooldowns))
 	p.MaxLeasesPerHolder = max(p.MaxLeasesPerHolder, 0)
 	return p
+}
+
+// Validate says which setting is out of range, by the flag that sets it: the cooldowns must be
+// positive and the cap at least each of them, and no bound negative.
+func (p Policy) Validate() error {
+	switch {
+	case p.RateLimitedCooldown <= 0 || p.BannedCooldown <= 0:
+		return errors.New("-lease-cooldown and -lease-ban-cooldown must be positive")
+	case p.MaxCooldown < p.RateLimitedCooldown || p.MaxCooldown < p.BannedCooldown:
+		return fmt.Errorf("-lease-max-cooldown %s must be at least -lease-cooldown %s and -lease-ban-cooldown %s", p.MaxCooldown, p.RateLimitedCooldown, p.BannedCooldown)
+	case p.MaxLeasesPerHolder < 0:
+		return fmt.Errorf("-lease-max-per-token %d is negative (0: no bound)", p.MaxLeasesPerHolder)
+	case p.MaxSessions < 0 || p.MaxCooldowns < 0 || p.MaxCooldownsPerProxy < 0 || p.MaxSessionsPerNamespace < 0 || p.MaxCooldownsPerNamespace < 0:
+		return errors.New("the session and cooldown bounds must not be negative")
+	}
+	return nil
 }

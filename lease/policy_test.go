@@ -73,3 +73,26 @@ func TestPolicyWithDefaults(t *testing.T) {
 		t.Errorf("WithDefaults = %+v\nwant %+v", got, want)
 	}
 }
+
+// TestPolicyValidate names the flag of the setting out of range.
+func TestPolicyValidate(t *testing.T) {
+	if err := DefaultPolicy().Validate(); err != nil {
+		t.Fatalf("the defaults: %v", err)
+	}
+	for _, tc := range []struct {
+		name string
+		edit func(*Policy)
+		want string
+	}{
+		{"no cooldown", func(p *Policy) { p.RateLimitedCooldown = 0 }, "-lease-cooldown"},
+		{"cap under a cooldown", func(p *Policy) { p.MaxCooldown = time.Minute }, "-lease-max-cooldown"},
+		{"negative share", func(p *Policy) { p.MaxLeasesPerHolder = -1 }, "-lease-max-per-token"},
+		{"negative bound", func(p *Policy) { p.MaxSessions = -1 }, "bounds"},
+	} {
+		p := DefaultPolicy()
+		tc.edit(&p)
+		if err := p.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error naming %s", tc.name, err, tc.want)
+		}
+	}
+}

@@ -377,13 +377,10 @@ func (c Config) Validate() error {
 
 // Validate says which lease setting is out of range.
 func (l LeaseConfig) Validate() error {
-	if l.MaxTTL <= 0 || l.RateLimitedCooldown <= 0 || l.BannedCooldown <= 0 || l.MaxCooldown < l.BannedCooldown || l.MaxCooldown < l.RateLimitedCooldown {
-		return fmt.Errorf("-lease-max-ttl and the cooldowns must be positive, -lease-max-cooldown at least each cooldown")
+	if l.MaxTTL <= 0 {
+		return fmt.Errorf("-lease-max-ttl %s must be positive", l.MaxTTL)
 	}
-	if l.MaxLeasesPerHolder < 0 {
-		return fmt.Errorf("-lease-max-per-token %d is negative (0: no bound)", l.MaxLeasesPerHolder)
-	}
-	return nil
+	return l.Policy.Validate()
 }
 
 // DemoConfig is the demo fleet (demo.go): mock Proxies the process defines itself and syncs
