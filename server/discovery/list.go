@@ -48,7 +48,7 @@ func (d *Discovery) listProxies(w http.ResponseWriter, r *http.Request) error {
 		if !fleet.Matches(p.Attributes, q.sel) {
 			continue
 		}
-		pj := toProxyJSON(p, d.Health.Health(p.Key), active[p.Key])
+		pj := ProxyOf(p, d.Health.Health(p.Key), active[p.Key])
 		if q.healthy != nil && pj.Healthy != *q.healthy {
 			continue
 		}
