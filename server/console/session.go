@@ -182,10 +182,11 @@ func sameOrigin(r *http.Request) error {
 
 // loginPage shows the login form.
 func (c *Console) loginPage(w http.ResponseWriter, r *http.Request) error {
-	return c.render(w, r, "login", http.StatusOK, loginView{Next: safeNext(r.URL.Query().Get("next")), Insecure: c.Insecure})
+	return c.render(w, r, "login", http.StatusOK, loginView{page: c.pageOf(r, "login"), Next: safeNext(r.URL.Query().Get("next")), Insecure: c.Insecure})
 }
 
 type loginView struct {
+	page
 	Next     string
 	Insecure bool
 	Failed   bool
@@ -214,7 +215,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) error {
 	}
 	if caller == nil {
 		logins.Failed(r, "console_login")
-		return c.render(w, r, "login", http.StatusUnauthorized, loginView{Next: next, Failed: true})
+		return c.render(w, r, "login", http.StatusUnauthorized, loginView{page: c.pageOf(r, "login"), Next: next, Failed: true})
 	}
 	id, _ := c.sessions.create(caller)
 	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: id, Path: "/ui/", HttpOnly: true, Secure: r.TLS != nil,
