@@ -90,8 +90,10 @@ func FromContext(ctx context.Context) *Caller {
 	return c
 }
 
-// Insecure is the caller of every request when auth is explicitly off (-discovery-insecure).
-var Insecure = &Caller{Name: "insecure", Namespaces: []string{AllNamespaces}, Right: RightLease}
+// Insecure is the caller of every request when auth is explicitly off (-discovery-insecure):
+// every right, the console's admin right included (anyone who reaches such a listener can
+// already lease every proxy).
+var Insecure = &Caller{Name: "insecure", Namespaces: []string{AllNamespaces}, Right: RightAdmin}
 
 // Tokens is a set of scoped tokens.
 type Tokens struct {
