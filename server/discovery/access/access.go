@@ -1,6 +1,6 @@
 // Package access owns who may call the discovery API: bearer tokens read from a mounted file,
-// each scoped to namespaces and to read-only or lease rights, and the caller identity a request
-// carries once authenticated. It knows nothing of routes, leases or the fleet.
+// each scoped to namespaces and to read-only, lease or admin rights, and the caller identity a
+// request carries once authenticated. It knows nothing of routes, leases or the fleet.
 package access
 
 import (
