@@ -3,7 +3,6 @@ package console_test
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -13,7 +12,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/proxy-operator/proxy-operator/client"
-	"github.com/proxy-operator/proxy-operator/internal/logtest"
+	"github.com/proxy-operator/proxy-operator/internal/browsertest"
 	"github.com/proxy-operator/proxy-operator/server"
 )
 
@@ -24,18 +23,6 @@ import (
 // writes a screenshot of every page to docs/console/ (the README links them).
 
 const crawlerToken = "crawler-token-0123456789abcdef"
-
-func chromium(t *testing.T) string {
-	t.Helper()
-	if p, err := exec.LookPath("/usr/bin/chromium"); err == nil {
-		return p
-	}
-	if os.Getenv("CI") != "" {
-		t.Fatal("/usr/bin/chromium not found and CI is set: .ci/run installs Debian's chromium")
-	}
-	t.Skip("/usr/bin/chromium not found: skipping the browser test (apt-get install chromium; CI makes this a failure)")
-	return ""
-}
 
 // startOperator runs the real operator in process: a demo fleet of 3, no cluster, the
 // console on the discovery listener, an admin token and a crawler's lease token.
@@ -80,40 +67,18 @@ func waitFor(t *testing.T, what string, limit time.Duration, cond func() bool) {
 
 func newBrowser(t *testing.T) context.Context {
 	t.Helper()
-	out := &logtest.Buffer{}
-	opts := slices.Concat(chromedp.DefaultExecAllocatorOptions[:], []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(chromium(t)),
-		chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
-		chromedp.WindowSize(1400, 900),
+	bctx, _ := browsertest.Start(t, chromedp.WindowSize(1400, 900),
 		// Loopback only: Chromium's own calls go to a proxy that is not there and resolve no
 		// name; the console on 127.0.0.1 bypasses the proxy, as loopback always does.
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
 		chromedp.ProxyServer("http://127.0.0.1:9"),
-		chromedp.Flag("host-resolver-rules", "MAP * ~NOTFOUND , EXCLUDE 127.0.0.1"),
-		chromedp.CombinedOutput(out),
-	})
-	actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
-	t.Cleanup(acancel)
-	bctx, bcancel := chromedp.NewContext(actx)
-	t.Cleanup(func() {
-		cctx, ccancel := context.WithTimeout(bctx, 20*time.Second)
-		defer ccancel()
-		_ = chromedp.Cancel(cctx)
-		bcancel()
-	})
-	if err := chromedp.Do(bctx); err != nil {
-		t.Fatalf("starting chromium: %v\nchromium's output:\n%s", err, out.String())
-	}
+		chromedp.Flag("host-resolver-rules", "MAP * ~NOTFOUND , EXCLUDE 127.0.0.1"))
 	ctx, cancel := context.WithTimeout(bctx, 3*time.Minute)
 	t.Cleanup(cancel)
 	return ctx
 }
 
 func TestBrowser(t *testing.T) {
-	chromium(t)
+	browsertest.Chromium(t) // skip before starting an operator
 	op := startOperator(t)
 	base := "http://" + op.DiscoveryAddr()
 	ctx := newBrowser(t)
