@@ -7,6 +7,19 @@ import (
 	"time"
 )
 
+// SortHoldings orders holdings as Holdings lists them: by proxy, then expiry, then ID.
+func SortHoldings(hs []Holding) {
+	slices.SortFunc(hs, func(a, b Holding) int {
+		if c := strings.Compare(a.Proxy, b.Proxy); c != 0 {
+			return c
+		}
+		if c := a.ExpiresAt.Compare(b.ExpiresAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+}
+
 // Holding is one live lease as an operator sees it: who holds which proxy, for what. The
 // lease ID is the holder's capability (anyone with it may report or release), so readers
 // that show holdings to people show a digest of it, never the ID itself.
@@ -22,17 +35,17 @@ type Holding struct {
 // MaxHoldingsList bounds the holdings one Holdings call returns.
 const MaxHoldingsList = 1000
 
-// HoldingsLister is the optional capability of a store that lists its live leases (Memory;
-// the Redis store does not yet, decision 0299).
+// HoldingsLister is the optional capability of a store that lists its live leases (both
+// stores, decision 0299).
 type HoldingsLister interface {
 	// Holdings lists the live leases on proxies of namespaces (nil: every namespace), at most
-	// limit (0 or above MaxHoldingsList: MaxHoldingsList) of them, by proxy then expiry,
-	// and how many there are in all.
+	// limit (0 or above MaxHoldingsList: MaxHoldingsList) of them (which ones, when there
+	// are more, is the store's choice), in SortHoldings order, and how many there are in all.
 	Holdings(ctx context.Context, namespaces []string, limit int) ([]Holding, int, error)
 }
 
 // CooldownClearer is the optional capability of a store that forgets one cooldown before its
-// time (Memory; the Redis store does not yet, decision 0299).
+// time (both stores, decision 0299).
 type CooldownClearer interface {
 	// ClearCooldown forgets proxy's cooldown for target, strikes included, and reports
 	// whether there was one. Clearing one that is not there is not an error.
@@ -61,15 +74,7 @@ func (m *Memory) Holdings(_ context.Context, namespaces []string, limit int) ([]
 		out = append(out, Holding{ID: l.id, Proxy: l.proxy, Holder: l.by, Target: l.target, Session: l.session, ExpiresAt: l.expires})
 	}
 	m.mu.Unlock()
-	slices.SortFunc(out, func(a, b Holding) int {
-		if c := strings.Compare(a.Proxy, b.Proxy); c != 0 {
-			return c
-		}
-		if c := a.ExpiresAt.Compare(b.ExpiresAt); c != 0 {
-			return c
-		}
-		return strings.Compare(a.ID, b.ID)
-	})
+	SortHoldings(out)
 	total := len(out)
 	if len(out) > limit {
 		out = out[:limit:limit]
@@ -81,6 +86,7 @@ func (m *Memory) Holdings(_ context.Context, namespaces []string, limit int) ([]
 func (m *Memory) ClearCooldown(_ context.Context, proxy, target string) (bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.reapCooldownsLocked(m.cfg.Now())
 	c := m.cool[coolKey{target, proxy}]
 	if c == nil {
 		return false, nil
