@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -138,7 +139,7 @@ func (c *Console) headers(next http.Handler) http.Handler {
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("X-Frame-Options", "DENY")
 		h.Set("Referrer-Policy", "same-origin")
-		if len(r.URL.Path) < len("/ui/static/") || r.URL.Path[:len("/ui/static/")] != "/ui/static/" {
+		if !strings.HasPrefix(r.URL.Path, "/ui/static/") {
 			h.Set("Cache-Control", "no-store")
 		}
 		next.ServeHTTP(w, r)
