@@ -194,6 +194,21 @@ func TestDiscoveryReplicaConsole(t *testing.T) {
 	jar, _ := cookiejar.New(nil)
 	hc := &http.Client{Timeout: 10 * time.Second, Jar: jar}
 	base := "http://" + d.Addr()
+	// Ready once the replica has read the (empty) fleet from Redis: the list stops answering 503.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		res, err := hc.Get(base + "/v1/proxies")
+		if err == nil {
+			res.Body.Close()
+			if res.StatusCode == 200 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the replica's fleet not readable within 30 s: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	res, err := hc.PostForm(base+"/ui/login", url.Values{"next": {"/ui/leases"}})
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ package console
 
 import (
 	"embed"
+	"errors"
 	"html/template"
 	"io/fs"
 	"log/slog"
@@ -154,7 +155,13 @@ func redirect(to string) http.HandlerFunc {
 // message, anything else is logged and shown as an internal error.
 func (c *Console) serve(h httpx.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if err := h(w, r); err != nil {
+		err := h(w, r)
+		if errors.Is(err, lease.ErrUnavailable) {
+			// A shared store that is out: nothing was read or done, a reload may work.
+			err = &httpx.Error{Code: http.StatusServiceUnavailable, RetryAfter: 1, Err: err,
+				Message: "the lease store (or the fleet it holds) is unavailable: reload in a moment"}
+		}
+		if err != nil {
 			c.renderError(w, r, err)
 		}
 	}

@@ -492,3 +492,21 @@ func mustURL(t testing.TB, s string) *url.URL {
 	}
 	return u
 }
+
+// staleFleet is a fleet read from a shared store that fell behind.
+type staleFleet struct{ *fleet.View }
+
+func (staleFleet) Err() error { return fmt.Errorf("fleet from the lease store: %w", lease.ErrUnavailable) }
+
+// TestStaleFleet: while the fleet cannot be read, the Fleet page answers 503 with
+// Retry-After, as GET /v1/proxies does, rather than an old copy.
+func TestStaleFleet(t *testing.T) {
+	e := newEnv(t, 0, nil, false)
+	c := e.client(t)
+	e.login(t, c, adminToken)
+	e.disc.Fleet = staleFleet{e.view}
+	resp, body := e.get(t, c, "/ui/fleet")
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "1" || !strings.Contains(body, "unavailable") {
+		t.Fatalf("fleet page on a stale fleet: %d, Retry-After %q:\n%s", resp.StatusCode, resp.Header.Get("Retry-After"), body)
+	}
+}

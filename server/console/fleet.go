@@ -251,6 +251,9 @@ func (c *Console) fleetPage(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if err := c.Discovery.FleetErr(); err != nil {
+		return err
+	}
 	active, err := c.Discovery.Leases.Active(r.Context())
 	if err != nil {
 		return err

@@ -93,7 +93,7 @@ func (c *Console) renderError(w http.ResponseWriter, r *http.Request, err error)
 	if !errors.As(err, &e) {
 		c.Log.Error("console handler failed", "method", r.Method, "path", r.URL.Path, "err", err)
 		e = &httpx.Error{Code: http.StatusInternalServerError, Message: "internal error"}
-	} else if e.Code >= 500 {
+	} else if e.Code >= 500 && e.RetryAfter == 0 {
 		c.Log.Error("console handler failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
 	if e.RetryAfter > 0 {

@@ -79,6 +79,16 @@ type FleetSource interface {
 // fall behind: while Err is non-nil the list answers 503 rather than an old copy.
 type staleness interface{ Err() error }
 
+// FleetErr is why the fleet cannot be read now (nil: it can): a FleetSource that reads from
+// elsewhere and fell behind. The list answers 503 rather than an old copy, and so does the
+// console's Fleet page.
+func (d *Discovery) FleetErr() error {
+	if st, ok := d.Fleet.(staleness); ok {
+		return st.Err()
+	}
+	return nil
+}
+
 // Discovery serves the crawler-facing API: the proxy list and leases. It runs on its own
 // listener so crawlers never reach the hook endpoints.
 type Discovery struct {

@@ -21,10 +21,8 @@ func (d *Discovery) listProxies(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if st, ok := d.Fleet.(staleness); ok {
-		if err := st.Err(); err != nil {
-			return err
-		}
+	if err := d.FleetErr(); err != nil {
+		return err
 	}
 	active, err := d.Leases.Active(r.Context())
 	if err != nil {
