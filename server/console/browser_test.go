@@ -10,17 +10,22 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 
 	"github.com/proxy-operator/proxy-operator/client"
 	"github.com/proxy-operator/proxy-operator/internal/browsertest"
+	"github.com/proxy-operator/proxy-operator/internal/kube"
 	"github.com/proxy-operator/proxy-operator/server"
 )
 
 // The browser test drives Debian's headless Chromium with chromedp (decision 0291) against a
 // real operator with its demo fleet and -console: log in, see the fleet, sort it, see that
 // drain is unavailable without a cluster and release a crawler's lease instead, and see a site
-// cooling after a crawler reported a 429 through the lease API. With CONSOLE_SCREENSHOTS=1 it
-// writes a screenshot of every page to docs/console/ (the README links them).
+// cooling after a crawler reported a 429 through the lease API; and, against a real
+// kube-apiserver, drain a Proxy from the page. With CONSOLE_SCREENSHOTS=1 they write a
+// screenshot of every page to docs/console/ (the README links them).
 
 const crawlerToken = "crawler-token-0123456789abcdef"
 
@@ -187,4 +192,45 @@ func TestBrowser(t *testing.T) {
 	// Log out: the session ends, the fleet asks for a login again.
 	do("log out", chromedp.Click(chromedp.CSS(`form.who button`)), chromedp.WaitVisible(chromedp.CSS(`input[name=token]`)),
 		chromedp.Navigate(base+"/ui/fleet"), chromedp.WaitVisible(chromedp.CSS(`input[name=token]`)))
+}
+
+// TestBrowserDrain: in the browser, an admin drains a Proxy of a real kube-apiserver from the
+// Fleet page; the label appears on the object, the Proxy's next sync through the real hook
+// takes it out of the lease rotation, and the page then offers Undrain.
+func TestBrowserDrain(t *testing.T) {
+	browsertest.Chromium(t)
+	d := newDrainEnv(t) // skips without KUBEBUILDER_ASSETS
+	ctx := newBrowser(t)
+	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, steps...); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	do("log in", chromedp.Navigate(d.srv.URL+"/ui/fleet?ns=crawl"), chromedp.WaitVisible(chromedp.CSS(`input[name=token]`)),
+		chromedp.SendKeys(chromedp.CSS(`input[name=token]`), adminToken), chromedp.Submit(chromedp.CSS(`form.login`)),
+		chromedp.WaitVisible(chromedp.CSS(`table#fleet form[action="/ui/proxies/drain"] button`)))
+	do("drain", chromedp.Click(chromedp.CSS(`table#fleet form[action="/ui/proxies/drain"] button`)))
+	waitFor(t, "the draining label on the Proxy", 30*time.Second, func() bool {
+		u, err := d.dyn.Resource(kube.ProxyResource).Namespace("crawl").Get(ctx, "px-1", metav1.GetOptions{})
+		return err == nil && u.GetLabels()[v1.PoolDrainingLabel] == "true"
+	})
+	d.sync(t)
+	if d.leasable(t) {
+		t.Fatal("the drained Proxy is still leased after its sync")
+	}
+	do("reload", chromedp.Navigate(d.srv.URL+"/ui/fleet?ns=crawl"), chromedp.WaitVisible(chromedp.CSS(`table#fleet`)))
+	got, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`table#fleet tbody`)))
+	if err != nil || !strings.Contains(got, "Undrain") || !strings.Contains(got, "yes") {
+		t.Fatalf("the fleet row after the drain: %q (%v), want draining yes and an Undrain button", got, err)
+	}
+	if os.Getenv("CONSOLE_SCREENSHOTS") == "1" {
+		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join("..", "..", "docs", "console", "fleet-drain.png"), png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

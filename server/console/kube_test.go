@@ -13,6 +13,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/internal/events"
@@ -25,12 +27,21 @@ import (
 	"github.com/proxy-operator/proxy-operator/server/hooks"
 )
 
-// TestDrainThroughAPIServer: an admin drains a Proxy from the console; the label is on the
-// object in a real kube-apiserver with an Event beside it; the Proxy's next sync through the
-// real hook (the one Metacontroller runs on the label change) records it draining and the
-// lease store grants no new lease on it; undrain removes the label and the next sync brings
-// it back into rotation.
-func TestDrainThroughAPIServer(t *testing.T) {
+// drainEnv is the console over a real kube-apiserver holding one External Proxy,
+// crawl/px-1, synced once through the real sync hook and leasable.
+type drainEnv struct {
+	*env
+	dyn  dynamic.Interface
+	core kubernetes.Interface
+	// sync posts the Proxy as the API server has it now to the real sync hook (as
+	// Metacontroller does after the label changes) and returns it.
+	sync func(t *testing.T) *unstructured.Unstructured
+	// leasable says whether a lease on crawl/px-1 is granted now.
+	leasable func(t *testing.T) bool
+}
+
+func newDrainEnv(t *testing.T) *drainEnv {
+	t.Helper()
 	cfg := kubetest.Start(t)
 	kubetest.Namespace(t, cfg, "crawl")
 	dyn, core := kubetest.Dynamic(t, cfg), kubetest.Core(t, cfg)
@@ -42,11 +53,11 @@ func TestDrainThroughAPIServer(t *testing.T) {
 	rec := events.NewRecorder(core, nil)
 	t.Cleanup(rec.Shutdown)
 	e := newEnv(t, 0, &console.Kube{Dynamic: dyn, Events: rec}, false)
-	e.health.Set("crawl/px-1", verdict.Health{State: verdict.Healthy, LatencyMillis: 5})
+	e.health.Set("crawl/px-1", verdict.Health{State: verdict.Healthy, LatencyMillis: 5, Band: "Good"})
 	h := &hooks.Hooks{Providers: providers.NewSet(), Fleet: e.view, Health: e.health, Now: e.clock.Now}
 	ctx := context.Background()
-	// sync posts the Proxy as the API server has it now to the real sync hook.
-	sync := func(t *testing.T) *unstructured.Unstructured {
+	d := &drainEnv{env: e, dyn: dyn, core: core}
+	d.sync = func(t *testing.T) *unstructured.Unstructured {
 		t.Helper()
 		u, err := dyn.Resource(kube.ProxyResource).Namespace("crawl").Get(ctx, "px-1", metav1.GetOptions{})
 		if err != nil {
@@ -61,7 +72,7 @@ func TestDrainThroughAPIServer(t *testing.T) {
 		e.store.Sync()
 		return u
 	}
-	leasable := func(t *testing.T) bool {
+	d.leasable = func(t *testing.T) bool {
 		t.Helper()
 		l, err := e.store.Acquire(ctx, lease.Request{TTL: time.Minute, Selector: map[string]string{"geo": "eu"}, Namespaces: []string{"crawl"}})
 		if errors.Is(err, lease.ErrNoMatch) {
@@ -73,10 +84,22 @@ func TestDrainThroughAPIServer(t *testing.T) {
 		_ = e.store.Release(ctx, l.ID)
 		return true
 	}
-	sync(t)
-	if !leasable(t) {
+	d.sync(t)
+	if !d.leasable(t) {
 		t.Fatal("the synced, healthy Proxy is not leasable before the drain")
 	}
+	return d
+}
+
+// TestDrainThroughAPIServer: an admin drains a Proxy from the console; the label is on the
+// object in a real kube-apiserver with an Event beside it; the Proxy's next sync through the
+// real hook (the one Metacontroller runs on the label change) records it draining and the
+// lease store grants no new lease on it; undrain removes the label and the next sync brings
+// it back into rotation.
+func TestDrainThroughAPIServer(t *testing.T) {
+	d := newDrainEnv(t)
+	e, sync, leasable, core := d.env, d.sync, d.leasable, d.core
+	ctx := context.Background()
 
 	c := e.client(t)
 	token := e.login(t, c, adminToken)
