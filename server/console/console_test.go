@@ -496,7 +496,9 @@ func mustURL(t testing.TB, s string) *url.URL {
 // staleFleet is a fleet read from a shared store that fell behind.
 type staleFleet struct{ *fleet.View }
 
-func (staleFleet) Err() error { return fmt.Errorf("fleet from the lease store: %w", lease.ErrUnavailable) }
+func (staleFleet) Err() error {
+	return fmt.Errorf("fleet from the lease store: %w", lease.ErrUnavailable)
+}
 
 // TestStaleFleet: while the fleet cannot be read, the Fleet page answers 503 with
 // Retry-After, as GET /v1/proxies does, rather than an old copy.

@@ -31,7 +31,8 @@ type proxyRow struct {
 	Healthy, Draining          bool
 	Active, Max                int
 	Latency                    int64
-	Attrs                      string // k=v, sorted, for reading and the text filter
+	Attrs                      string // k=v, sorted: filled for the rows of the page only
+	attrs                      map[string]string
 }
 
 // fleetColumns are the sortable columns, in the table's order.
@@ -163,15 +164,20 @@ func rowOf(p fleet.Proxy, h discovery.HealthSource, active map[string]int) proxy
 	if v.Exit.ASN != 0 {
 		r.ASN = strconv.FormatUint(uint64(v.Exit.ASN), 10)
 	}
+	r.attrs = p.Attributes
+	return r
+}
+
+// attrsText is attrs as k=v pairs in key order.
+func attrsText(attrs map[string]string) string {
 	var b strings.Builder
-	for _, k := range slices.Sorted(maps.Keys(p.Attributes)) {
+	for _, k := range slices.Sorted(maps.Keys(attrs)) {
 		if b.Len() > 0 {
 			b.WriteByte(' ')
 		}
-		b.WriteString(k + "=" + p.Attributes[k])
+		b.WriteString(k + "=" + attrs[k])
 	}
-	r.Attrs = b.String()
-	return r
+	return b.String()
 }
 
 func (f fleetQuery) keeps(r proxyRow) bool {
@@ -186,8 +192,13 @@ func (f fleetQuery) keeps(r proxyRow) bool {
 		return true
 	}
 	t := strings.ToLower(f.Text)
-	for _, s := range []string{r.Key, r.ExitIP, r.Country, r.ASN, r.Attrs} {
+	for _, s := range []string{r.Key, r.ExitIP, r.Country, r.ASN} {
 		if strings.Contains(strings.ToLower(s), t) {
+			return true
+		}
+	}
+	for k, v := range r.attrs {
+		if strings.Contains(strings.ToLower(k+"="+v), t) {
 			return true
 		}
 	}
@@ -243,7 +254,11 @@ func (c *Console) fleetRows(caller *access.Caller, active map[string]int, q flee
 	})
 	from := min((q.Page-1)*q.Per, len(all))
 	to := min(from+q.Per, len(all))
-	return all[from:to], len(all), seen, slices.Sorted(maps.Keys(nsSet))
+	rows = all[from:to]
+	for i := range rows {
+		rows[i].Attrs = attrsText(rows[i].attrs)
+	}
+	return rows, len(all), seen, slices.Sorted(maps.Keys(nsSet))
 }
 
 func (c *Console) fleetPage(w http.ResponseWriter, r *http.Request) error {
