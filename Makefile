@@ -13,7 +13,7 @@ PYTHON        ?= /usr/bin/python3
 # needed, beside the demo site on 127.0.0.1:8092 (-demo-site-addr), a rate-limited crawl target;
 # -fleet-warmup 0s: without a cluster there is no fleet to wait for after a restart.
 # RUN_EXTRA adds flags without retyping RUN_ARGS: make run RUN_EXTRA='-log-level debug'.
-RUN_ARGS      ?= -hook-addr 127.0.0.1:8080 -hooks-insecure -discovery-addr 127.0.0.1:8090 -discovery-insecure -gateway-addr 127.0.0.1:8091 -gateway-socks-addr 127.0.0.1:8093 -log-format text -fleet-warmup 0s -gc-min-age 1m -demo-proxies 3
+RUN_ARGS      ?= -hook-addr 127.0.0.1:8080 -hooks-insecure -discovery-addr 127.0.0.1:8090 -discovery-insecure -console -gateway-addr 127.0.0.1:8091 -gateway-socks-addr 127.0.0.1:8093 -log-format text -fleet-warmup 0s -gc-min-age 1m -demo-proxies 3
 RUN_EXTRA     ?=
 # GO_TAGS leaves the cloud providers' client libraries out of a local build (decision 0282): the
 # mock and kubernetes providers need none, and the cold build takes a quarter less time. An entry
@@ -35,7 +35,7 @@ help:
 build:
 	$(GO_BUILD) -o $(BIN) .
 
-## run: build, then exec the binary with RUN_ARGS and RUN_EXTRA (a demo fleet of 3 mock proxies and a demo site on 127.0.0.1:8092; hooks on :8080, discovery on :8090, gateway on :8091, its SOCKS5 listener on :8093); Ctrl-C or kill stops it and its mock proxies
+## run: build, then exec the binary with RUN_ARGS and RUN_EXTRA (a demo fleet of 3 mock proxies and a demo site on 127.0.0.1:8092; hooks on :8080, discovery on :8090 with the web console at http://127.0.0.1:8090/ui/, gateway on :8091, its SOCKS5 listener on :8093); Ctrl-C or kill stops it and its mock proxies
 # run is the no-cluster quickstart: KUBECONFIG is cleared, since its Proxies exist in no cluster
 # and, with a client, GC would take their mock instances for orphans. exec (through env): the
 # binary replaces the recipe's shell, so make's SIGTERM and the terminal's Ctrl-C reach it.

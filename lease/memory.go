@@ -42,6 +42,7 @@ const (
 	EventExpired  EventKind = "expired"
 	EventDropped  EventKind = "dropped" // the proxy left the fleet
 	EventCooled   EventKind = "cooled"
+	EventCleared  EventKind = "cleared" // an operator forgot a cooldown (ClearCooldown)
 )
 
 // Event is one change, delivered in the order the store applied it.
@@ -125,6 +126,7 @@ var _ Store = (*Memory)(nil)
 type held struct {
 	id, proxy, target, session string
 	holder                     string // "holder\x00ns" in byHolder, "" when not counted
+	by                         string // Request.Holder, shown to operators (Holdings)
 	ttl                        time.Duration
 	expires                    time.Time
 	index                      int // in expiry
@@ -390,7 +392,7 @@ func (m *Memory) check(e *entry, target string, now time.Time) (verdict.Health, 
 
 func (m *Memory) grant(e *entry, h verdict.Health, r Request, now time.Time) Lease {
 	m.move(e, func() { e.load++; e.healthy, e.latency, e.rank = true, h.LatencyMillis, m.rank(h) })
-	l := &held{id: newID(), proxy: e.p.Key, target: r.Target, session: r.SessionKey, ttl: r.TTL, expires: now.Add(r.TTL)}
+	l := &held{id: newID(), proxy: e.p.Key, target: r.Target, session: r.SessionKey, by: r.Holder, ttl: r.TTL, expires: now.Add(r.TTL)}
 	m.leases[l.id] = l
 	heap.Push(&m.expiry, l)
 	if r.Holder != "" && m.cfg.MaxLeasesPerHolder > 0 {

@@ -12,7 +12,7 @@ LOG=${TMPDIR:-/tmp}/proxy-operator-quickstart.log
 auth="Authorization: Bearer $DISCOVERY_TOKEN"
 echo "== build $BIN (the flags of make build, without the cloud clients; seconds with a warm Go cache, minutes on an empty one)"
 start=$(date +%s); CGO_ENABLED=0 go build -trimpath -tags "${GO_TAGS-omit_aws,omit_gcp,omit_hetzner}" -o "$BIN" .; echo "   built in $(( $(date +%s) - start )) s"
-KUBECONFIG= "$BIN" -hook-addr "$HOOK" -hooks-insecure -discovery-addr "$DISC" -gateway-addr "$GW" -demo-site-addr "$SITE" -log-format text -fleet-warmup 0s -demo-proxies 3 >"$LOG" 2>&1 &
+KUBECONFIG= "$BIN" -hook-addr "$HOOK" -hooks-insecure -discovery-addr "$DISC" -console -gateway-addr "$GW" -demo-site-addr "$SITE" -log-format text -fleet-warmup 0s -demo-proxies 3 >"$LOG" 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null || true; echo "== operator stopped (its log: $LOG)"' EXIT
 echo "== waiting for the demo fleet: 3 healthy proxies (GET /v1/proxies?healthy=true)"
@@ -41,5 +41,6 @@ echo "   status codes (count code): $codes, in $(( $(date +%s) - start )) s (the
 curl -fsS "http://$SITE/stats" | jq -c '{servedPerProxy: [.sources[] | .served], answered429: ([.sources[] | .rateLimited] | add)}'
 echo "== what the gateway learned of the site: its pace per upstream (GET /v1/sites)"
 curl -fsS -H "$auth" "http://$DISC/v1/sites" | jq -c '.sites[] | {host, recentRequests, pace}'
+echo "== the web console (-console): GET /ui/login answers $(curl -s -o /dev/null -w '%{http_code}' "http://$DISC/ui/login"); with make run, open http://$DISC/ui/ (see README, Console)"
 echo "== quickstart done: a demo fleet, a lease, a request through it, a crawl through the gateway"
 )

@@ -180,6 +180,8 @@ type DiscoveryAPIConfig struct {
 	Token     string
 	TokenFile string
 	Insecure  bool
+	// Console serves the web console under /ui/ on this listener (server/console).
+	Console bool
 }
 
 // LeaseConfig is the lease policy and where leases are kept: one struct for the in-memory

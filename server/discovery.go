@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/proxy-operator/proxy-operator/server/console"
 	"github.com/proxy-operator/proxy-operator/server/discovery"
 )
 
@@ -104,12 +105,22 @@ func NewDiscovery(cfg DiscoveryConfig) (*Discovery, error) {
 	b.register(reg)
 	disc := &discovery.Discovery{Fleet: b.reader, Health: b.reader, Leases: b.store, Tokens: tokens, Insecure: cfg.Discovery.Insecure,
 		Log: log.With("component", "discovery"), Registerer: reg, MaxTTL: cfg.Lease.MaxTTL}
+	var loops []func(context.Context) error
+	if cfg.Discovery.Console {
+		// A replica has no Kubernetes client and no pool hooks: the console reads and
+		// releases, and says why it cannot drain.
+		traffic := &console.Traffic{Gatherer: reg}
+		disc.Console = &console.Console{Discovery: disc, Tokens: tokens, Insecure: cfg.Discovery.Insecure, Leases: b.store,
+			Traffic: traffic, Log: log.With("component", "console"),
+			NoDrain: "a discovery replica has no Kubernetes client: drain from the operator's console, or label the Proxy"}
+		loops = append(loops, traffic.Run)
+	}
 	srv := disc.Server("")
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.Handle("/", srv.Handler)
 	srv.Handler = mux
-	return &Discovery{replica{log: log, grace: cfg.ShutdownGrace, backend: b, servers: []served{{"discovery", srv, ln}}}}, nil
+	return &Discovery{replica{log: log, grace: cfg.ShutdownGrace, backend: b, servers: []served{{"discovery", srv, ln}}, loops: loops}}, nil
 }
 
 // Addr is the bound address of the discovery listener.

@@ -114,6 +114,7 @@ func (d *DiscoveryAPIConfig) bindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&d.Addr, "discovery-addr", d.Addr, "listen address of the discovery and lease API")
 	fs.StringVar(&d.TokenFile, "discovery-token-file", d.TokenFile, "file of discovery API tokens: one per line (every right), or YAML scoping each to namespaces and read/lease rights (wins over DISCOVERY_TOKEN); without a token the process does not start")
 	fs.BoolVar(&d.Insecure, "discovery-insecure", d.Insecure, "serve the discovery API without a token (only on a trusted address such as 127.0.0.1)")
+	fs.BoolVar(&d.Console, "console", d.Console, "serve the web console under /ui/ on the discovery listener (log in with a discovery token; actions need a token with the admin right)")
 }
 
 func (l *LeaseConfig) bindFlags(fs *flag.FlagSet, storeNote string) {

@@ -33,6 +33,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/lease"
 	"github.com/proxy-operator/proxy-operator/providers"
 	"github.com/proxy-operator/proxy-operator/providers/factory"
+	"github.com/proxy-operator/proxy-operator/server/console"
 	"github.com/proxy-operator/proxy-operator/server/discovery"
 	"github.com/proxy-operator/proxy-operator/server/discovery/access"
 	"github.com/proxy-operator/proxy-operator/server/gateway"
@@ -61,6 +62,7 @@ type Operator struct {
 	parents   *parents.Cache // the API server's view of hook parents; nil without a client
 	marker    *mark.Marker
 	events    *events.Recorder
+	traffic   *console.Traffic // the console's counter history (nil without -console)
 
 	hookSrv, discSrv *http.Server
 	hookLn, discLn   net.Listener
@@ -461,6 +463,9 @@ func (o *Operator) buildGC(reg prometheus.Registerer) (err error) {
 // buildServers builds the HTTP servers for the hook, discovery and gateway listeners.
 func (o *Operator) buildServers(h *hooks.Hooks, disc *discovery.Discovery, tokens *access.Tokens, reg prometheus.Registerer) error {
 	o.hookSrv = h.Server()
+	if o.cfg.Discovery.Console {
+		o.buildConsole(h, disc, tokens)
+	}
 	o.discSrv = disc.Server("")
 	if o.gwLn != nil {
 		egress, err := gatewayEgress(o.cfg.Egress, o.mockProviders(), o.own, o.cfg.Lease.Store, o.DemoSiteAddr())
@@ -493,6 +498,31 @@ func (o *Operator) buildServers(h *hooks.Hooks, disc *discovery.Discovery, token
 		disc.Sites = gw // /v1/sites reads its pacer
 	}
 	return nil
+}
+
+// buildConsole serves the web console beside the discovery API (-console): it reads what
+// discovery reads, the pool hooks' last answers, and the counters of this process; with a
+// Kubernetes client it drains through the API server and records Events.
+func (o *Operator) buildConsole(h *hooks.Hooks, disc *discovery.Discovery, tokens *access.Tokens) {
+	c := &console.Console{Discovery: disc, Tokens: tokens, Insecure: o.cfg.Discovery.Insecure,
+		Log: o.log.With("component", "console")}
+	if o.memory != nil {
+		c.Leases = o.memory
+	} else if o.redis != nil {
+		c.Leases = o.redis.store
+	}
+	if h.Pools != nil {
+		h.Pools.Seen = &poolhook.Seen{}
+		c.Pools = h.Pools.Seen
+	}
+	if o.kube != nil {
+		c.Kube = &console.Kube{Dynamic: o.kube.Dynamic, Events: o.events}
+	}
+	if o.gatherer != nil {
+		c.Traffic = &console.Traffic{Gatherer: o.gatherer}
+		o.traffic = c.Traffic
+	}
+	disc.Console = c
 }
 
 // hookCredentialsTimeout bounds reading (or creating) the hook credential Secrets at start.
@@ -683,6 +713,9 @@ func (o *Operator) Run(ctx context.Context) error {
 	}
 	if o.cfg.Demo.Proxies > 0 {
 		background = append(background, o.runDemo)
+	}
+	if o.traffic != nil {
+		background = append(background, o.traffic.Run)
 	}
 	// Room for every server's and loop's error, so none blocks after the first is taken.
 	errc := make(chan error, 5+len(background))

@@ -21,6 +21,8 @@ type replica struct {
 	grace   time.Duration
 	backend *redisBackend
 	servers []served
+	// loops run beside the store's and the reader's (the console's traffic sampler).
+	loops []func(context.Context) error
 }
 
 // served is one server of a replica on its bound listener; the first is the replica's own
@@ -65,7 +67,7 @@ func (r *replica) run(ctx context.Context) error {
 	for _, s := range r.servers {
 		go func() { errc <- fmt.Errorf("%s server: %w", s.name, s.srv.Serve(s.ln)) }()
 	}
-	waitLoops := startLoops(ctx, errc, []func(context.Context) error{r.backend.reader.Run, r.backend.store.Run})
+	waitLoops := startLoops(ctx, errc, append([]func(context.Context) error{r.backend.reader.Run, r.backend.store.Run}, r.loops...))
 	var runErr error
 	select {
 	case runErr = <-errc:

@@ -5,6 +5,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/cookiejar"
+	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -165,5 +167,70 @@ func TestReplicaChecksRecordsWithItsEgressPolicy(t *testing.T) {
 	res.Body.Close()
 	if !strings.Contains(string(metrics), "proxy_operator_lease_records_denied_total 1\n") {
 		t.Errorf("replica /metrics lacks proxy_operator_lease_records_denied_total 1")
+	}
+}
+
+// TestDiscoveryReplicaConsole: a replica with -console serves the console beside its API,
+// reading the shared store: it logs in, lists leases and sites from Redis, and says why it
+// cannot drain (no Kubernetes client).
+func TestDiscoveryReplicaConsole(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := server.DiscoveryConfig{Discovery: server.DiscoveryAPIConfig{Addr: "127.0.0.1:0", Insecure: true, Console: true},
+		Lease: server.DiscoveryDefaults().Lease}
+	cfg.Lease.Store = "redis://" + srv.Addr + "/0"
+	d, err := server.NewDiscovery(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	jar, _ := cookiejar.New(nil)
+	hc := &http.Client{Timeout: 10 * time.Second, Jar: jar}
+	base := "http://" + d.Addr()
+	// Ready once the replica has read the (empty) fleet from Redis: the list stops answering 503.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		res, err := hc.Get(base + "/v1/proxies")
+		if err == nil {
+			res.Body.Close()
+			if res.StatusCode == 200 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the replica's fleet not readable within 30 s: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	res, err := hc.PostForm(base+"/ui/login", url.Values{"next": {"/ui/leases"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 || res.Request.URL.Path != "/ui/leases" || !strings.Contains(string(body), "Every lease (0 live") {
+		t.Fatalf("login to the leases page: %d at %s:\n%s", res.StatusCode, res.Request.URL.Path, body)
+	}
+	for path, want := range map[string]string{
+		"/ui/fleet":   "Drain unavailable: a discovery replica has no Kubernetes client",
+		"/ui/sites":   "0 cooldowns in force",
+		"/ui/traffic": "Traffic",
+	} {
+		res, err := hc.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != 200 || !strings.Contains(string(body), want) {
+			t.Errorf("%s: %d, want 200 with %q:\n%s", path, res.StatusCode, want, body)
+		}
 	}
 }

@@ -78,6 +78,8 @@ func Run(t *testing.T, f Factory) {
 		{"AvoidRotates", testAvoid},
 		{"NamespacesLimitTheLease", testNamespaces},
 		{"PoolLoad", testPoolLoad},
+		{"Holdings", testHoldings},
+		{"ClearCooldown", testClearCooldown},
 		{"CoolingLists", testCooling},
 		{"TenantQuotas", testTenantQuotas},
 		{"LeasesPerHolder", testLeasesPerHolder},

@@ -12,7 +12,7 @@ var luaFS embed.FS
 // scripts are the server-side operations; each is the shared prelude plus its own body, run
 // with EVALSHA (go-redis falls back to EVAL once after a Redis restart flushed the cache).
 type scripts struct {
-	acquire, release, renew, report, active, sweep, publish, health, remove, poolload, pace, cooling *redis.Script
+	acquire, release, renew, report, active, sweep, publish, health, remove, poolload, pace, cooling, holdings, clear *redis.Script
 }
 
 func loadScripts() scripts {
@@ -21,7 +21,7 @@ func loadScripts() scripts {
 	return scripts{
 		acquire: s("acquire"), release: s("release"), renew: s("renew"), report: s("report"),
 		active: s("active"), sweep: s("sweep"), publish: s("publish"), health: s("health"), remove: s("remove"),
-		poolload: s("poolload"), pace: s("pace"), cooling: s("cooling"),
+		poolload: s("poolload"), pace: s("pace"), cooling: s("cooling"), holdings: s("holdings"), clear: s("clear"),
 	}
 }
 

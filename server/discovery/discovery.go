@@ -79,6 +79,16 @@ type FleetSource interface {
 // fall behind: while Err is non-nil the list answers 503 rather than an old copy.
 type staleness interface{ Err() error }
 
+// FleetErr is why the fleet cannot be read now (nil: it can): a FleetSource that reads from
+// elsewhere and fell behind. The list answers 503 rather than an old copy, and so does the
+// console's Fleet page.
+func (d *Discovery) FleetErr() error {
+	if st, ok := d.Fleet.(staleness); ok {
+		return st.Err()
+	}
+	return nil
+}
+
 // Discovery serves the crawler-facing API: the proxy list and leases. It runs on its own
 // listener so crawlers never reach the hook endpoints.
 type Discovery struct {
@@ -114,6 +124,9 @@ type Discovery struct {
 	// Sites is the gateway of the same process, read by GET /v1/sites for each site's pace
 	// (nil: no gateway here; the sites shown are those cooling, without a pace).
 	Sites SitesView
+	// Console, when set, serves every path under /ui (the web console, -console) beside the
+	// API, outside its bearer-token auth: the console has its own login.
+	Console http.Handler
 
 	once       sync.Once
 	lastActive atomic.Int64 // the gauge's value when the store cannot answer
@@ -250,9 +263,27 @@ func NewReportCounter() *prometheus.CounterVec {
 	return c
 }
 
-// Handler returns the discovery router.
+// Init sets the defaults of the fields left zero and builds the metrics, once; Handler calls
+// it, and a reader of the fields in the same process (the console) calls it first.
+func (d *Discovery) Init() { d.once.Do(d.init) }
+
+// Handler returns the discovery router, and the console's beside it when one is set.
 func (d *Discovery) Handler() http.Handler {
-	d.once.Do(d.init)
+	d.Init()
+	api := d.router()
+	if d.Console == nil {
+		return api
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/ui" || strings.HasPrefix(r.URL.Path, "/ui/") {
+			d.Console.ServeHTTP(w, r)
+			return
+		}
+		api.ServeHTTP(w, r)
+	})
+}
+
+func (d *Discovery) router() http.Handler {
 	r := httpx.NewRouter(d.http.observe, d.auth)
 	r.Get("/v1/proxies", d.serve(d.listProxies))
 	r.Get("/v1/sites", d.serve(d.listSites))

@@ -19,8 +19,8 @@ import (
 // tell an absent field from a zero one and refuse unknown fields, which the client's
 // encoders need not.
 
-// toProxyJSON is one proxy as crawlers see it.
-func toProxyJSON(p fleet.Proxy, h verdict.Health, active int) client.Proxy {
+// ProxyOf is one proxy as crawlers see it.
+func ProxyOf(p fleet.Proxy, h verdict.Health, active int) client.Proxy {
 	attrs := p.Attributes
 	if attrs == nil {
 		attrs = map[string]string{}

@@ -69,7 +69,7 @@ func (d *Discovery) acquire(w http.ResponseWriter, r *http.Request) error {
 
 func (d *Discovery) leaseJSON(l lease.Lease, ttl time.Duration) client.Lease {
 	out := client.Lease{
-		ID: l.ID, Proxy: toProxyJSON(l.Proxy, l.Health, l.Active), ExpiresAt: l.ExpiresAt.UTC(),
+		ID: l.ID, Proxy: ProxyOf(l.Proxy, l.Health, l.Active), ExpiresAt: l.ExpiresAt.UTC(),
 		TTLSeconds: int64(ttl / time.Second), Target: l.Target, SessionKey: l.SessionKey,
 		ProxyURL: l.Proxy.Credentials.ProxyURL(net.JoinHostPort(l.Proxy.IP, strconv.Itoa(int(l.Proxy.Port)))).String(),
 	}

@@ -21,10 +21,8 @@ func (d *Discovery) listProxies(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if st, ok := d.Fleet.(staleness); ok {
-		if err := st.Err(); err != nil {
-			return err
-		}
+	if err := d.FleetErr(); err != nil {
+		return err
 	}
 	active, err := d.Leases.Active(r.Context())
 	if err != nil {
@@ -48,7 +46,7 @@ func (d *Discovery) listProxies(w http.ResponseWriter, r *http.Request) error {
 		if !fleet.Matches(p.Attributes, q.sel) {
 			continue
 		}
-		pj := toProxyJSON(p, d.Health.Health(p.Key), active[p.Key])
+		pj := ProxyOf(p, d.Health.Health(p.Key), active[p.Key])
 		if q.healthy != nil && pj.Healthy != *q.healthy {
 			continue
 		}

@@ -2,6 +2,7 @@ package discovery
 
 import (
 	"cmp"
+	"context"
 	"net/http"
 	"slices"
 	"strconv"
@@ -49,16 +50,27 @@ func (d *Discovery) listSites(w http.ResponseWriter, r *http.Request) error {
 		}
 		limit = n
 	}
-	caller := access.FromContext(r.Context())
+	out, err := d.SiteList(r.Context(), access.FromContext(r.Context()), limit)
+	if err != nil {
+		return err
+	}
+	httpx.WriteJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// SiteList is the sites view of GET /v1/sites for caller (nil: nothing to see) with at most
+// limit sites by traffic besides the cooling ones: the one source of the API's answer and of
+// the web console's Sites page.
+func (d *Discovery) SiteList(ctx context.Context, caller *access.Caller, limit int) (client.SiteList, error) {
 	var nss []string // nil: every namespace
 	if caller == nil {
 		nss = []string{}
 	} else if !slices.Contains(caller.Namespaces, access.AllNamespaces) {
 		nss = slices.Clone(caller.Namespaces)
 	}
-	cooling, err := d.Leases.Cooling(r.Context(), lease.CoolingQuery{Namespaces: nss, Limit: lease.MaxCoolingList})
+	cooling, err := d.Leases.Cooling(ctx, lease.CoolingQuery{Namespaces: nss, Limit: lease.MaxCoolingList})
 	if err != nil {
-		return err
+		return client.SiteList{}, err
 	}
 	var paces []client.Site
 	byHost := map[string]*client.Site{}
@@ -110,8 +122,7 @@ func (d *Discovery) listSites(w http.ResponseWriter, r *http.Request) error {
 	}
 	slices.SortFunc(out.Sites, bySiteOrder)
 	out.Count = len(out.Sites)
-	httpx.WriteJSON(w, http.StatusOK, out)
-	return nil
+	return out, nil
 }
 
 // bySiteOrder is the answer's order: recent traffic, most first, then host.

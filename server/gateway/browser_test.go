@@ -15,7 +15,7 @@ import (
 	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/chromedp"
 
-	"github.com/proxy-operator/proxy-operator/internal/logtest"
+	"github.com/proxy-operator/proxy-operator/internal/browsertest"
 	"github.com/proxy-operator/proxy-operator/internal/netpolicy"
 	"github.com/proxy-operator/proxy-operator/server/gateway"
 )
@@ -33,40 +33,11 @@ type browserLogin struct{ user, pass string }
 // With login, the 407 is answered from the automation protocol; without, nothing answers it.
 func browse(t *testing.T, proxy string, login *browserLogin, pageURL string, flags ...chromedp.ExecAllocatorOption) (string, int) {
 	t.Helper()
-	chromium := need(t, "chromium", "/usr/bin/chromium")
-	out := &logtest.Buffer{} // Chromium writes it from the allocator's goroutines
-	// Puppeteer's quiet defaults (chromedp's list: no extensions, default apps, translation,
-	// phishing checks, crash reports), then what this machine needs.
-	opts := slices.Concat(chromedp.DefaultExecAllocatorOptions[:], []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(chromium),
-		chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
-		// The network here is loopback only: nothing of Chromium's own may try to leave, and
-		// through the proxy its own requests would reach the gateway too.
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
+	bctx, out := browsertest.Start(t, slices.Concat([]chromedp.ExecAllocatorOption{
 		chromedp.ProxyServer(proxy),
 		// Chromium bypasses any proxy for loopback unless told otherwise; the test sites are there.
 		chromedp.Flag("proxy-bypass-list", "<-loopback>"),
-		chromedp.CombinedOutput(out),
-		// No UserDataDir: chromedp makes a new empty one and removes it when the browser is gone.
-	}, flags)
-	actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
-	t.Cleanup(acancel)
-	bctx, bcancel := chromedp.NewContext(actx)
-	t.Cleanup(func() {
-		// Close the browser and wait for it to exit (bounded), then the allocator's cancel.
-		cctx, ccancel := context.WithTimeout(bctx, 20*time.Second)
-		defer ccancel()
-		_ = chromedp.Cancel(cctx)
-		bcancel()
-	})
-	// The first call starts the browser and must not carry a timeout (it would stop the
-	// browser); Chromium's start is bounded by the allocator's own wait for its DevTools address.
-	if err := chromedp.Do(bctx); err != nil {
-		t.Fatalf("starting chromium: %v\nchromium's output:\n%s", err, out.String())
-	}
+	}, flags)...)
 	ctx, cancel := context.WithTimeout(bctx, 60*time.Second)
 	defer cancel()
 	var asked atomic.Int32

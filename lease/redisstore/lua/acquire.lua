@@ -62,7 +62,7 @@ local function grant(p)
   local load = redis.call('HINCRBY', P .. 'load', p, 1)
   place(p)
   local exp = now + ttl
-  redis.call('HSET', P .. 'l:' .. id, 'p', p, 't', target, 's', session, 'ttl', fmt(ttl), 'exp', fmt(exp))
+  redis.call('HSET', P .. 'l:' .. id, 'p', p, 't', target, 's', session, 'ttl', fmt(ttl), 'exp', fmt(exp), 'by', holder)
   redis.call('ZADD', P .. 'exp', fmt(exp), id)
   local ns = ns_of(p)
   if maxheld > 0 then

@@ -1,6 +1,6 @@
 // Package access owns who may call the discovery API: bearer tokens read from a mounted file,
-// each scoped to namespaces and to read-only or lease rights, and the caller identity a request
-// carries once authenticated. It knows nothing of routes, leases or the fleet.
+// each scoped to namespaces and to read-only, lease or admin rights, and the caller identity a
+// request carries once authenticated. It knows nothing of routes, leases or the fleet.
 package access
 
 import (
@@ -33,6 +33,9 @@ const (
 	RightRead Right = "read"
 	// RightLease may list proxies and lease, renew, report on and release them.
 	RightLease Right = "lease"
+	// RightAdmin has the lease right and may also act on the fleet from the web console
+	// (drain a Proxy, release anyone's lease, clear a cooldown) in its namespaces (decision 0298).
+	RightAdmin Right = "admin"
 )
 
 // AllNamespaces in a token's namespaces grants every namespace.
@@ -52,10 +55,18 @@ func (c *Caller) MayRead(ns string) bool {
 }
 
 // MayLease reports whether the caller may lease proxies of namespace ns.
-func (c *Caller) MayLease(ns string) bool { return c != nil && c.Right == RightLease && c.MayRead(ns) }
+func (c *Caller) MayLease(ns string) bool { return c.MayLeaseSomewhere() && c.MayRead(ns) }
 
 // MayLeaseSomewhere reports whether the caller holds the lease right at all.
-func (c *Caller) MayLeaseSomewhere() bool { return c != nil && c.Right == RightLease }
+func (c *Caller) MayLeaseSomewhere() bool {
+	return c != nil && (c.Right == RightLease || c.Right == RightAdmin)
+}
+
+// MayAdmin reports whether the caller may act on the fleet of namespace ns from the console.
+func (c *Caller) MayAdmin(ns string) bool { return c.MayAdminSomewhere() && c.MayRead(ns) }
+
+// MayAdminSomewhere reports whether the caller holds the admin right at all.
+func (c *Caller) MayAdminSomewhere() bool { return c != nil && c.Right == RightAdmin }
 
 // LeaseNamespaces is the caller's lease scope for lease.Request.Namespaces: nil for every
 // namespace.
@@ -79,8 +90,10 @@ func FromContext(ctx context.Context) *Caller {
 	return c
 }
 
-// Insecure is the caller of every request when auth is explicitly off (-discovery-insecure).
-var Insecure = &Caller{Name: "insecure", Namespaces: []string{AllNamespaces}, Right: RightLease}
+// Insecure is the caller of every request when auth is explicitly off (-discovery-insecure):
+// every right, the console's admin right included (anyone who reaches such a listener can
+// already lease every proxy).
+var Insecure = &Caller{Name: "insecure", Namespaces: []string{AllNamespaces}, Right: RightAdmin}
 
 // Tokens is a set of scoped tokens.
 type Tokens struct {
@@ -145,6 +158,7 @@ const maxTokensFile = 1 << 20
 //	tokens:
 //	  - {name: team-a, token: ..., namespaces: [team-a], right: lease}
 //	  - {name: dashboards, token: ..., namespaces: ["*"], right: read}
+//	  - {name: on-call, token: ..., namespaces: ["*"], right: admin}
 //
 // or one token per line ('#' comments and blank lines skipped), each with lease rights in
 // every namespace (the single-token Secret of earlier versions is this form).
@@ -255,8 +269,8 @@ func New(specs []TokenSpec) (*Tokens, error) {
 			return nil, fmt.Errorf("%s: duplicate name", id)
 		case len(s.Namespaces) == 0:
 			return nil, fmt.Errorf("%s: namespaces is required (use [\"*\"] for every namespace)", id)
-		case s.Right != RightRead && s.Right != RightLease:
-			return nil, fmt.Errorf("%s: right %q: want read or lease", id, s.Right)
+		case s.Right != RightRead && s.Right != RightLease && s.Right != RightAdmin:
+			return nil, fmt.Errorf("%s: right %q: want read, lease or admin", id, s.Right)
 		}
 		for _, ns := range s.Namespaces {
 			if ns == "" {
@@ -283,7 +297,7 @@ func New(specs []TokenSpec) (*Tokens, error) {
 // addAllowlist adds c's source CIDRs: each a prefix that is not every address, of a lease
 // token, overlapping no other token's (an address names one token).
 func (t *Tokens) addAllowlist(id string, c *Caller, cidrs []string) error {
-	if len(cidrs) > 0 && c.Right != RightLease {
+	if len(cidrs) > 0 && !c.MayLeaseSomewhere() {
 		return fmt.Errorf("%s: allowlist: only a token with the lease right may have one", id)
 	}
 	for _, s := range cidrs {
@@ -315,7 +329,7 @@ func (t *Tokens) addAllowlist(id string, c *Caller, cidrs []string) error {
 // addPorts adds c's own gateway listeners: of a lease token, each with an address no other
 // port has and a known protocol.
 func (t *Tokens) addPorts(id string, c *Caller, ports []PortSpec) error {
-	if len(ports) > 0 && c.Right != RightLease {
+	if len(ports) > 0 && !c.MayLeaseSomewhere() {
 		return fmt.Errorf("%s: ports: only a token with the lease right may have them", id)
 	}
 	for _, p := range ports {

@@ -66,6 +66,7 @@ func TestRights(t *testing.T) {
 		t.Fatal(err)
 	}
 	team, dash := toks.entries[0].caller, toks.entries[1].caller
+	oncall := &Caller{Name: "on-call", Namespaces: []string{"team-a"}, Right: RightAdmin}
 	for _, tc := range []struct {
 		name string
 		got  bool
@@ -80,6 +81,13 @@ func TestRights(t *testing.T) {
 		{"dashboard has no lease right", dash.MayLeaseSomewhere(), false},
 		{"nil caller may nothing", (*Caller)(nil).MayRead("x"), false},
 		{"insecure may lease anywhere", Insecure.MayLease("x"), true},
+		{"team is no admin", team.MayAdmin("team-a"), false},
+		{"dashboard is no admin", dash.MayAdminSomewhere(), false},
+		{"an admin leases", oncall.MayLease("team-a"), true},
+		{"an admin acts in its namespace", oncall.MayAdmin("team-a"), true},
+		{"an admin does not act in another", oncall.MayAdmin("team-b"), false},
+		{"an admin does not read another", oncall.MayRead("team-b"), false},
+		{"insecure is an admin everywhere", Insecure.MayAdmin("x"), true},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, tc.got, tc.want)
@@ -118,7 +126,7 @@ func TestParseRejects(t *testing.T) {
 		{"duplicate name", "tokens:\n  - {name: a, token: abc-0123456789abcdef, namespaces: [x], right: read}\n  - {name: a, token: abd-0123456789abcdef, namespaces: [x], right: read}\n", "duplicate name"},
 		{"duplicate token", "tokens:\n  - {name: a, token: abc-0123456789abcdef, namespaces: [x], right: read}\n  - {name: b, token: abc-0123456789abcdef, namespaces: [x], right: read}\n", "same token"},
 		{"no namespaces", "tokens:\n  - {name: a, token: abc-0123456789abcdef, right: read}\n", "namespaces is required"},
-		{"bad right", "tokens:\n  - {name: a, token: abc-0123456789abcdef, namespaces: [x], right: admin}\n", `right "admin"`},
+		{"bad right", "tokens:\n  - {name: a, token: abc-0123456789abcdef, namespaces: [x], right: root}\n", `right "root": want read, lease or admin`},
 		{"unknown field", "tokens:\n  - {name: a, token: abc-0123456789abcdef, namespaces: [x], right: read, admin: true}\n", "unknown field"},
 		{"duplicate line token", "abc-0123456789abcdef\nabc-0123456789abcdef\n", "same token"},
 		{"allowlist of a read token", "tokens:\n  - {name: a, token: abc-0123456789abcdef, namespaces: [x], right: read, allowlist: [10.0.0.0/8]}\n", "only a token with the lease right"},

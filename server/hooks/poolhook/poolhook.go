@@ -45,6 +45,8 @@ type Hooks struct {
 	// a non-empty reason answers the call with the body's status and members unchanged, no
 	// decision, no event (nil: the body is trusted).
 	Verify func(hook string, p *v1.ProxyPool, finalizing bool) (reason string)
+	// Seen, when set, keeps each pool's last answer for readers in the process (the console).
+	Seen *Seen
 }
 
 // DisagreementResync is how soon Metacontroller is asked back after a body Verify refused.
@@ -112,6 +114,7 @@ func (h *Hooks) Handle(ctx context.Context, hook string, body []byte) (*metacont
 		log.Error("pool spec invalid", "err", in.SpecErr)
 	}
 	h.observe(log, p, d)
+	h.Seen.record(p, d, now)
 
 	children := make([]json.RawMessage, 0, len(d.Children))
 	for _, c := range d.Children {
