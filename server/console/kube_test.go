@@ -50,7 +50,7 @@ func newDrainEnv(t *testing.T) *drainEnv {
 		"spec": map[string]any{"mode": "External", "endpoint": map[string]any{"host": "203.0.113.10", "port": int64(3128)},
 			"attributes": map[string]any{"geo": "eu"}, "maxLeases": int64(2)},
 	})
-	rec := events.NewRecorder(core, nil)
+	rec := events.NewRecorder(dyn, nil)
 	t.Cleanup(rec.Shutdown)
 	e := newEnv(t, 0, &console.Kube{Dynamic: dyn, Events: rec}, false)
 	e.health.Set("crawl/px-1", verdict.Health{State: verdict.Healthy, LatencyMillis: 5, Band: "Good"})
