@@ -109,8 +109,8 @@ func (o *Operator) runDemo(ctx context.Context) error {
 				}
 			}
 			if ready = healthy == n; ready {
-				log.Info("demo fleet ready: every demo proxy is Ready and probed healthy; lease one from the discovery API",
-					"proxies", n, "after", time.Since(start).Round(100*time.Millisecond).String(), "discovery", o.DiscoveryAddr())
+				log.Info("demo fleet ready: every demo proxy is Ready and probed healthy; lease one from the discovery API, crawl through the gateway, look in the console",
+					"proxies", n, "after", time.Since(start).Round(100*time.Millisecond).String(), "discovery", o.DiscoveryAddr(), "gateway", o.GatewayAddr(), "console", o.consoleURL())
 			}
 		}
 		select {

@@ -687,6 +687,14 @@ func (o *Operator) Providers() *providers.Set { return o.providers }
 // Gatherer is what /metrics serves.
 func (o *Operator) Gatherer() prometheus.Gatherer { return o.gatherer }
 
+// consoleURL is where the web console is served ("" without -console).
+func (o *Operator) consoleURL() string {
+	if !o.cfg.Discovery.Console {
+		return ""
+	}
+	return "http://" + o.DiscoveryAddr() + "/ui/"
+}
+
 // Run serves both listeners and runs the background loops (probes, lease expiry, GC) until
 // ctx ends or one of them fails; then it shuts the servers down within ShutdownGrace, stops
 // the loops and closes the providers. It returns the first failure, nil on a clean stop.
@@ -695,7 +703,7 @@ func (o *Operator) Run(ctx context.Context) error {
 	defer cancel()
 	defer o.close()
 	log := o.log
-	log.Info("listening", "hooks", o.HookAddr(), "discovery", o.DiscoveryAddr(), "gateway", o.GatewayAddr(), "socks", o.GatewaySOCKSAddr())
+	log.Info("listening", "hooks", o.HookAddr(), "discovery", o.DiscoveryAddr(), "gateway", o.GatewayAddr(), "socks", o.GatewaySOCKSAddr(), "console", o.consoleURL())
 
 	// Background loops return nil when ctx ends; an early return is a failure of the process.
 	background := []func(context.Context) error{o.sched.Run, o.store.Run, o.geo.Run}
