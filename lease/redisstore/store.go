@@ -564,7 +564,7 @@ func (s *Store) match(ctx context.Context, sel map[string]string, nss []string, 
 	}
 	ids := []string{}
 	for id, attrs := range s.buckets {
-		if containsAll(attrs, sel) && (nss == nil || slices.Contains(nss, s.bns[id])) {
+		if fleet.Matches(attrs, sel) && (nss == nil || slices.Contains(nss, s.bns[id])) {
 			ids = append(ids, id)
 		}
 	}
@@ -582,15 +582,6 @@ func selKey(sel map[string]string, nss []string) string {
 	}
 	n, _ := json.Marshal(nss)
 	return string(b) + "\x00" + string(n)
-}
-
-func containsAll(attrs, sel map[string]string) bool {
-	for k, v := range sel {
-		if got, ok := attrs[k]; !ok || got != v {
-			return false
-		}
-	}
-	return true
 }
 
 // decode reads the published records a script handed back; a record the store cannot read
