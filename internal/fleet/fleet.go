@@ -61,6 +61,28 @@ type Proxy struct {
 // IsVendor reports whether p is a vendor's gateway rather than one of our own proxies.
 func (p Proxy) IsVendor() bool { return p.Vendor != nil }
 
+// ProbeSession is the vendor session the prober's requests ask for: one sticky exit.
+const ProbeSession = "probe"
+
+// UpstreamCredentials are what one dial of p sends: p's credential, or for a vendor proxy
+// its credential with the username rendered from the template for the session and targeting
+// in v ({user} being the credential's own username; decision 0293). Like the password, a
+// rendered username is never logged, shown in status or answered: log p.Key.
+func (p Proxy) UpstreamCredentials(v v1.UsernameValues) (*Credentials, error) {
+	if p.Vendor == nil || p.Credentials == nil {
+		return p.Credentials, nil
+	}
+	v.User = p.Credentials.Username
+	if v.Lifetime <= 0 {
+		v.Lifetime = p.Vendor.SessionLifetime()
+	}
+	user, err := p.Vendor.Render(v)
+	if err != nil {
+		return nil, err
+	}
+	return &Credentials{Username: user, Password: p.Credentials.Password}, nil
+}
+
 // ExcludesMismatch reports whether a failed exit check keeps the proxy from new leases.
 func (p Proxy) ExcludesMismatch() bool { return p.Verify.Excludes() }
 
