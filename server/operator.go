@@ -494,6 +494,7 @@ func (o *Operator) buildServers(h *hooks.Hooks, disc *discovery.Discovery, token
 			o.portSrvs = append(o.portSrvs, s)
 		}
 		disc.Sites = gw // /v1/sites reads its pacer
+		disc.Usage = gw // /v1/usage reads its count
 	}
 	return nil
 }

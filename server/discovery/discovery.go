@@ -114,6 +114,8 @@ type Discovery struct {
 	// Sites is the gateway of the same process, read by GET /v1/sites for each site's pace
 	// (nil: no gateway here; the sites shown are those cooling, without a pace).
 	Sites SitesView
+	// Usage is the gateway of the same process, read by GET /v1/usage (nil: an empty list).
+	Usage UsageView
 
 	once       sync.Once
 	lastActive atomic.Int64 // the gauge's value when the store cannot answer
@@ -256,6 +258,7 @@ func (d *Discovery) Handler() http.Handler {
 	r := httpx.NewRouter(d.http.observe, d.auth)
 	r.Get("/v1/proxies", d.serve(d.listProxies))
 	r.Get("/v1/sites", d.serve(d.listSites))
+	r.Get("/v1/usage", d.serve(d.listUsage))
 	r.Post("/v1/leases", d.serve(d.acquire))
 	r.Delete("/v1/leases/{id}", d.serve(d.release))
 	r.Post("/v1/leases/{id}/renew", d.serve(d.renew))

@@ -1,0 +1,224 @@
+package gateway
+
+import (
+	"fmt"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/proxy-operator/proxy-operator/server/discovery"
+	"github.com/proxy-operator/proxy-operator/server/discovery/access"
+)
+
+// Usage and budgets (decision 0295): the gateway counts what each team (token) sends through
+// each source, our fleet or a vendor Proxy, and refuses a team's vendor traffic past a
+// budget of its token. The count lives in this process: it starts from zero on a restart.
+
+// ReasonBudget is the refusal of vendor traffic past a budget of the caller's token.
+const ReasonBudget = "budget"
+
+// usage is the count per team and source.
+type usage struct {
+	mu   sync.Mutex
+	rows map[usageKey]*usageRow
+
+	bytes    *prometheus.CounterVec
+	requests *prometheus.CounterVec
+	used     *prometheus.GaugeVec
+}
+
+type usageKey struct{ team, source string }
+
+type usageRow struct {
+	in, out, requests int64
+	day, month        period
+	price             float64 // per GiB, a vendor's (0: unknown or our fleet)
+}
+
+// period is the bytes of one UTC calendar day or month.
+type period struct {
+	start time.Time
+	bytes int64
+}
+
+func (p *period) roll(start time.Time) {
+	if !p.start.Equal(start) {
+		*p = period{start: start}
+	}
+}
+
+func dayStart(t time.Time) time.Time {
+	t = t.UTC()
+	return time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, time.UTC)
+}
+
+func monthStart(t time.Time) time.Time {
+	t = t.UTC()
+	return time.Date(t.Year(), t.Month(), 1, 0, 0, 0, 0, time.UTC)
+}
+
+func newUsage(reg prometheus.Registerer) *usage {
+	u := &usage{
+		rows: map[usageKey]*usageRow{},
+		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "proxy_operator_gateway_usage_bytes_total",
+			Help: "Body and tunnel bytes relayed for each team (discovery token name), by source (fleet, or a vendor Proxy's namespace/name) and direction (in: from the source, out: to it).",
+		}, []string{"team", "source", "direction"}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "proxy_operator_gateway_usage_requests_total",
+			Help: "Requests and tunnels relayed for each team (discovery token name), by source (fleet, or a vendor Proxy's namespace/name).",
+		}, []string{"team", "source"}),
+		used: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "proxy_operator_gateway_budget_used_ratio",
+			Help: "The part of each budget of a team's token used in its current period, by team, source (a vendor Proxy's namespace/name, or * for every vendor) and period (day, month); past 1 the team's vendor traffic through the source is refused.",
+		}, []string{"team", "source", "period"}),
+	}
+	if reg != nil {
+		reg.MustRegister(u.bytes, u.requests, u.used)
+	}
+	return u
+}
+
+// account counts one request's or tunnel's traffic through h for c.
+func (g *Gateway) account(c *access.Caller, h *hold, in, out int64) {
+	if c == nil {
+		return
+	}
+	in, out = max(in, 0), max(out, 0)
+	source := sourceOf(h)
+	now := g.Now()
+	u := g.usage
+	u.mu.Lock()
+	k := usageKey{c.Name, source}
+	r := u.rows[k]
+	if r == nil {
+		r = &usageRow{}
+		u.rows[k] = r
+	}
+	r.in += in
+	r.out += out
+	r.requests++
+	r.day.roll(dayStart(now))
+	r.month.roll(monthStart(now))
+	r.day.bytes += in + out
+	r.month.bytes += in + out
+	if v := h.l.Proxy.Vendor; v != nil {
+		r.price, _ = strconv.ParseFloat(v.PricePerGiB, 64)
+	}
+	u.mu.Unlock()
+	u.bytes.WithLabelValues(c.Name, source, "in").Add(float64(in))
+	u.bytes.WithLabelValues(c.Name, source, "out").Add(float64(out))
+	u.requests.WithLabelValues(c.Name, source).Inc()
+	if source != SourceFleet {
+		for _, b := range c.Budgets {
+			if b.Source == source || b.Source == access.AnyVendor {
+				used, _ := g.spent(c.Name, b, now)
+				u.used.WithLabelValues(c.Name, b.Source, b.Period).Set(float64(used) / float64(b.Bytes))
+			}
+		}
+	}
+}
+
+// spent is what team sent in b's current period through b's source, and when the period ends.
+func (g *Gateway) spent(team string, b access.Budget, now time.Time) (int64, time.Time) {
+	start, end := dayStart(now), dayStart(now).AddDate(0, 0, 1)
+	if b.Period == access.PeriodMonth {
+		start, end = monthStart(now), monthStart(now).AddDate(0, 1, 0)
+	}
+	u := g.usage
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	var sum int64
+	for k, r := range u.rows {
+		if k.team != team || k.source == SourceFleet || (b.Source != access.AnyVendor && k.source != b.Source) {
+			continue
+		}
+		p := r.day
+		if b.Period == access.PeriodMonth {
+			p = r.month
+		}
+		if p.start.Equal(start) {
+			sum += p.bytes
+		}
+	}
+	return sum, end
+}
+
+// checkBudget refuses c's traffic through the vendor source once a budget of c's token for
+// it is spent: a request is let through while the period's count is below the cap, so the
+// cap is passed by at most the requests in flight when it is reached.
+func (g *Gateway) checkBudget(c *access.Caller, source string) error {
+	if c == nil {
+		return nil
+	}
+	now := g.Now()
+	for _, b := range c.Budgets {
+		if b.Source != source && b.Source != access.AnyVendor {
+			continue
+		}
+		used, end := g.spent(c.Name, b, now)
+		if used < b.Bytes {
+			continue
+		}
+		g.usage.used.WithLabelValues(c.Name, b.Source, b.Period).Set(float64(used) / float64(b.Bytes))
+		what := "vendor source " + source
+		if b.Source == access.AnyVendor {
+			what = "all vendor sources together"
+		}
+		return refuse(http.StatusTooManyRequests, ReasonBudget,
+			fmt.Sprintf("token %s spent its %s budget of %d bytes for %s (%d bytes this %s); its vendor traffic is refused until %s, our own proxies still serve",
+				c.Name, perAdjective(b.Period), b.Bytes, what, used, b.Period, end.Format(time.RFC3339)),
+			now, end, 0, nil)
+	}
+	return nil
+}
+
+func perAdjective(period string) string {
+	if period == access.PeriodMonth {
+		return "monthly"
+	}
+	return "daily"
+}
+
+// Usage is the count for GET /v1/usage: per team and source, with each budget of the team's
+// token (tokens from Tokens; Insecure has none).
+func (g *Gateway) Usage() []discovery.UsageRow {
+	g.once.Do(g.init)
+	now := g.Now()
+	u := g.usage
+	u.mu.Lock()
+	out := make([]discovery.UsageRow, 0, len(u.rows))
+	for k, r := range u.rows {
+		row := discovery.UsageRow{Team: k.team, Source: k.source, BytesIn: r.in, BytesOut: r.out, Requests: r.requests}
+		if r.price > 0 {
+			row.Cost = math.Round(float64(r.in+r.out)/(1<<30)*r.price*1e4) / 1e4
+		}
+		out = append(out, row)
+	}
+	u.mu.Unlock()
+	for i := range out {
+		c := g.Tokens.ByName(out[i].Team)
+		if c == nil || out[i].Source == SourceFleet {
+			continue
+		}
+		for _, b := range c.Budgets {
+			if b.Source == out[i].Source || b.Source == access.AnyVendor {
+				used, end := g.spent(c.Name, b, now)
+				out[i].Budgets = append(out[i].Budgets, discovery.UsageBudget{Source: b.Source, Period: b.Period, Bytes: b.Bytes, Used: used, Resets: end})
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b discovery.UsageRow) int {
+		if c := strings.Compare(a.Team, b.Team); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Source, b.Source)
+	})
+	return out
+}

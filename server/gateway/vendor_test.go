@@ -1,0 +1,241 @@
+package gateway_test
+
+import (
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
+	"github.com/proxy-operator/proxy-operator/internal/fleet"
+	"github.com/proxy-operator/proxy-operator/internal/verdict"
+	"github.com/proxy-operator/proxy-operator/server/discovery/access"
+	"github.com/proxy-operator/proxy-operator/server/gateway"
+	"github.com/proxy-operator/proxy-operator/server/gateway/vendortest"
+)
+
+const vendorKey = "crawl/oxylabs"
+
+var residential = netip.MustParsePrefix("127.0.200.0/24")
+
+// addVendor starts the stand-in vendor and adds it to the fleet as a vendor Proxy (Oxylabs'
+// username form), healthy.
+func (e *env) addVendor(t *testing.T) *vendortest.Vendor {
+	t.Helper()
+	v, err := vendortest.Start(vendortest.Config{Customer: "acme", Password: "vendor-pw"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(v.Close)
+	host, port, _ := net.SplitHostPort(v.Addr())
+	p, _ := strconv.Atoi(port)
+	e.view.Upsert(fleet.Proxy{Key: vendorKey, UID: vendorKey, IP: host, Port: int32(p), MaxLeases: 1000, Phase: "Ready",
+		Attributes:  fleet.WithSource(nil, true),
+		Credentials: &fleet.Credentials{Username: "acme", Password: "vendor-pw"},
+		Vendor: &v1.VendorSpec{UsernameTemplate: "customer-{user}[-cc-{country}]-sessid-{session}-sesstime-{lifetimeMinutes}",
+			Countries: []string{"US", "DE"}, PricePerGiB: "8"}})
+	e.health.SetState(vendorKey, verdict.Healthy, 10)
+	return v
+}
+
+// datacenterBlocking is a site that refuses every address but the vendor's residential ones,
+// with a body of size bytes to the others.
+func datacenterBlocking(t *testing.T, size int) *site {
+	return newSite(t, func(w http.ResponseWriter, _ *http.Request, from string) {
+		if a, err := netip.ParseAddr(from); err != nil || !residential.Contains(a) {
+			http.Error(w, "datacenter addresses are not welcome", http.StatusForbidden)
+			return
+		}
+		_, _ = w.Write([]byte(strings.Repeat("r", size)))
+	})
+}
+
+func TestWaterfallSendsARefusingSiteToTheVendor(t *testing.T) {
+	e := newEnv(t, 2, func(g *gateway.Gateway) { g.Waterfall = true })
+	vendor := e.addVendor(t)
+	blocking, open := datacenterBlocking(t, 100), newSite(t, nil)
+	c := e.client("any", token)
+
+	resp, _ := get(t, c, blocking.url("/1"))
+	if resp.StatusCode != http.StatusOK || resp.Header.Get(gateway.HeaderProxy) != vendorKey {
+		t.Fatalf("first page: %d through %q, want 200 through the vendor", resp.StatusCode, resp.Header.Get(gateway.HeaderProxy))
+	}
+	if got := len(blocking.froms()); got != 3 {
+		t.Errorf("the site saw %d requests for the first page, want 3 (two of ours refused, then the vendor)", got)
+	}
+	resp, _ = get(t, c, blocking.url("/2"))
+	if resp.StatusCode != http.StatusOK || resp.Header.Get(gateway.HeaderProxy) != vendorKey || len(blocking.froms()) != 4 {
+		t.Errorf("second page: %d through %q after %d requests, want 200 straight to the vendor", resp.StatusCode, resp.Header.Get(gateway.HeaderProxy), len(blocking.froms()))
+	}
+	resp, _ = get(t, c, open.url("/"))
+	if resp.StatusCode != http.StatusOK || resp.Header.Get(gateway.HeaderProxy) == vendorKey {
+		t.Errorf("a site that welcomes our fleet: %d through %q, want 200 through our own", resp.StatusCode, resp.Header.Get(gateway.HeaderProxy))
+	}
+	if got := testMetric(t, e, "proxy_operator_gateway_waterfall_total", "to_vendor"); got != 1 {
+		t.Errorf("to_vendor decisions %v, want 1", got)
+	}
+	var found bool
+	for _, s := range e.gw.Sites() {
+		if s.Site == blocking.addr {
+			found = s.Vendor != nil && s.Vendor.Reason == "refused"
+		}
+		if s.Site == open.addr && s.Vendor != nil {
+			t.Errorf("the open site shows a vendor: %+v", s.Vendor)
+		}
+	}
+	if !found {
+		t.Errorf("the sites view does not show the refusing site with the vendor (reason refused): %+v", e.gw.Sites())
+	}
+	// Usage: our fleet and the vendor apart, the vendor's matching the stand-in's own count.
+	usage := map[string]int64{}
+	for _, u := range e.gw.Usage() {
+		if u.Team != "crawler" {
+			t.Errorf("usage of team %q, want crawler only", u.Team)
+		}
+		usage[u.Source] = u.BytesIn
+	}
+	if got := usage[vendorKey]; got != 200 {
+		t.Errorf("vendor bytes in: the gateway counted %d, want 200", got)
+	}
+	// The stand-in counts a body once its handler returns, after the client has it.
+	waitFor(t, "the vendor's count of 200 bytes", func() bool { return vendor.Usage().BytesIn == 200 })
+	if usage[gateway.SourceFleet] == 0 {
+		t.Errorf("no fleet usage counted: %v", usage)
+	}
+}
+
+func TestWithoutTheWaterfallTheSiteFails(t *testing.T) {
+	e := newEnv(t, 2, nil)
+	e.addVendor(t)
+	blocking := datacenterBlocking(t, 100)
+	resp, _ := get(t, e.client("any", token), blocking.url("/1"))
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("without the waterfall: %d through %q, want the site's 403", resp.StatusCode, resp.Header.Get(gateway.HeaderProxy))
+	}
+}
+
+func TestWaterfallTriesOurOwnAgainAfterTheCooldown(t *testing.T) {
+	e := newEnv(t, 2, func(g *gateway.Gateway) { g.Waterfall, g.WaterfallCooldown = true, 50*time.Millisecond })
+	e.addVendor(t)
+	refusing := true
+	s := newSite(t, func(w http.ResponseWriter, _ *http.Request, from string) {
+		if a, _ := netip.ParseAddr(from); refusing && !residential.Contains(a) {
+			http.Error(w, "no", http.StatusForbidden)
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	})
+	c := e.client("any", token)
+	if resp, _ := get(t, c, s.url("/")); resp.Header.Get(gateway.HeaderProxy) != vendorKey {
+		t.Fatalf("first page through %q, want the vendor", resp.Header.Get(gateway.HeaderProxy))
+	}
+	refusing = false
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, _ := get(t, c, s.url("/"))
+		if resp.Header.Get(gateway.HeaderProxy) != vendorKey {
+			break // our own again
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("our own proxies were never tried again")
+		}
+	}
+	if got := testMetric(t, e, "proxy_operator_gateway_waterfall_total", "back_to_fleet"); got != 1 {
+		t.Errorf("back_to_fleet decisions %v, want 1", got)
+	}
+}
+
+func TestVendorSessionsStickAndDiffer(t *testing.T) {
+	e := newEnv(t, 2, func(g *gateway.Gateway) { g.Waterfall = true })
+	vendor := e.addVendor(t)
+	blocking := datacenterBlocking(t, 10)
+	exits := func(user string, n int) []string {
+		c := e.client(user, token)
+		before := len(blocking.froms())
+		for i := range n {
+			if resp, _ := get(t, c, blocking.url("/"+strconv.Itoa(i))); resp.StatusCode != http.StatusOK {
+				t.Fatalf("%s: %d", user, resp.StatusCode)
+			}
+		}
+		var out []string
+		for _, ip := range blocking.froms()[before:] {
+			if a, _ := netip.ParseAddr(ip); residential.Contains(a) {
+				out = append(out, ip)
+			}
+		}
+		return out
+	}
+	exits("any", 1) // two of ours refused: the site goes to the vendor
+	a := exits("geo-us-session-a", 4)
+	b := exits("geo-us-session-b", 2)
+	for _, ip := range a[1:] {
+		if ip != a[0] {
+			t.Errorf("session a left from %v: want one exit", a)
+			break
+		}
+	}
+	if b[0] != b[1] || b[0] == a[0] {
+		t.Errorf("session b left from %v, session a from %s: want one exit of its own", b, a[0])
+	}
+	none := exits("any", 3)
+	if none[0] == none[1] || none[1] == none[2] {
+		t.Errorf("requests without a session left from %v: want a fresh exit each", none)
+	}
+	if got := vendor.Refused(); got != 0 {
+		t.Errorf("the vendor refused %d credentials", got)
+	}
+	// A country the vendor does not sell: refused, with the reason.
+	resp, body := get(t, e.client("geo-fr", token), blocking.url("/fr"))
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get(gateway.HeaderError) != gateway.ReasonNoVendor || !strings.Contains(body, "does not offer country FR") {
+		t.Errorf("geo-fr: %d %s %s, want 503 no_vendor", resp.StatusCode, resp.Header.Get(gateway.HeaderError), body)
+	}
+}
+
+func TestBudgetStopsVendorTraffic(t *testing.T) {
+	const page, budget = 1000, 5500
+	tk, err := access.New([]access.TokenSpec{{Name: "team-a", Token: token, Namespaces: []string{access.AllNamespaces}, Right: access.RightLease,
+		Budgets: []access.Budget{{Source: vendorKey, Period: access.PeriodDay, Bytes: budget}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, 2, func(g *gateway.Gateway) { g.Waterfall, g.Tokens = true, tk })
+	vendor := e.addVendor(t)
+	blocking, open := datacenterBlocking(t, page), newSite(t, nil)
+	c := e.client("any", token)
+	served := 0
+	var resp *http.Response
+	var body string
+	for range 20 {
+		if resp, body = get(t, c, blocking.url("/")); resp.StatusCode != http.StatusOK {
+			break
+		}
+		served++
+	}
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get(gateway.HeaderError) != gateway.ReasonBudget ||
+		!strings.Contains(body, "daily budget of 5500 bytes for vendor source crawl/oxylabs") {
+		t.Fatalf("past the budget: %d %s %s, want 429 naming the budget", resp.StatusCode, resp.Header.Get(gateway.HeaderError), body)
+	}
+	// The cap is passed by at most one request: six pages of 1000 bytes for 5500.
+	if served != 6 {
+		t.Errorf("%d pages served through the vendor, want 6 (the last one crossing the budget)", served)
+	}
+	if resp, _ := get(t, c, open.url("/")); resp.StatusCode != http.StatusOK {
+		t.Errorf("our own fleet past the vendor budget: %d, want 200", resp.StatusCode)
+	}
+	var used int64
+	for _, u := range e.gw.Usage() {
+		if u.Source == vendorKey {
+			used = u.BytesIn + u.BytesOut
+			if len(u.Budgets) != 1 || u.Budgets[0].Used != used {
+				t.Errorf("the usage row's budgets %+v, want one with used %d", u.Budgets, used)
+			}
+		}
+	}
+	waitFor(t, "the vendor's count to match the gateway's", func() bool { v := vendor.Usage(); return v.BytesIn+v.BytesOut == used })
+	if got := testMetric(t, e, "proxy_operator_gateway_budget_used_ratio", "team-a"); got < 1 {
+		t.Errorf("budget used ratio %v, want at least 1", got)
+	}
+}
