@@ -2,7 +2,6 @@ package v1alpha1
 
 import (
 	"errors"
-	"strings"
 	"testing"
 	"time"
 )
@@ -45,11 +44,7 @@ func TestValidateVendor(t *testing.T) {
 		return ProxySpec{Mode: ModeExternal, Endpoint: &EndpointSpec{Host: "pr.oxylabs.io", Port: 7777},
 			CredentialsSecretRef: &SecretRef{Name: "oxylabs"}, Vendor: v}
 	}
-	tests := []struct {
-		name    string
-		spec    ProxySpec
-		wantErr string
-	}{
+	tests := []validateCase{
 		{"oxylabs", spec(func(*VendorSpec) {}), ""},
 		{"bright data", spec(func(v *VendorSpec) { v.UsernameTemplate = brightData }), ""},
 		{"unknown placeholder", spec(func(v *VendorSpec) { v.UsernameTemplate = "{user}-zip-{zip}-session-{session}" }),
@@ -63,15 +58,5 @@ func TestValidateVendor(t *testing.T) {
 		{"lifetime", spec(func(v *VendorSpec) { v.SessionLifetimeSeconds = 5 }), "spec.vendor.sessionLifetimeSeconds"},
 		{"managed", ProxySpec{Mode: ModeManaged, Provider: "mock", Vendor: &VendorSpec{UsernameTemplate: oxylabs}}, "spec.vendor: only for External proxies"},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			err := tc.spec.Validate()
-			switch {
-			case tc.wantErr == "" && err != nil:
-				t.Errorf("Validate() = %v, want nil", err)
-			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
-				t.Errorf("Validate() = %v, want an error containing %q", err, tc.wantErr)
-			}
-		})
-	}
+	runValidate(t, tests)
 }
