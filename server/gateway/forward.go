@@ -103,14 +103,8 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, p pick) error 
 		case again != nil:
 			h = again
 			tk, err = g.waitPace(ctx, target, h.l.Proxy.Key, g.Now().Add(g.QueueWait))
-		case g.viaVendor(target):
-			h, err = g.takeVendor(ctx, p)
 		default:
-			h, tk, err = g.take(ctx, p, target, held, true)
-			if err != nil && g.Waterfall && fleetRefused(err) {
-				g.toVendor(target, waterCooling)
-				h, err = g.takeVendor(ctx, p)
-			}
+			h, tk, err = g.takeTry(ctx, p, target, held, true)
 		}
 		if err != nil {
 			if tries == 0 {

@@ -73,7 +73,7 @@ func (g *Gateway) tunnel(ctx context.Context, c tunnelClient, kind string, p pic
 		}
 	}()
 	for tries < g.MaxTries {
-		h, _, err := g.take(ctx, p, target, held, false)
+		h, _, err := g.takeTry(ctx, p, target, held, false)
 		if err != nil {
 			if tries == 0 {
 				return g.leaseError(err)

@@ -110,6 +110,24 @@ func (g *Gateway) toVendor(target, reason string) {
 	g.Log.Info("gateway sends a site to the vendor source", "target", target, "reason", reason, "until", s.until)
 }
 
+// takeTry is take with the waterfall: a site with the vendor takes a vendor source, and a
+// site our fleet cannot take (every upstream that fits cooling or banned for it) goes to the
+// vendor. Tunnels come through here too: a site the plain-HTTP answers or the crawlers'
+// reports sent to the vendor has its tunnels opened there.
+func (g *Gateway) takeTry(ctx context.Context, p pick, target string, own []*hold, paced bool) (*hold, paceTicket, error) {
+	if g.viaVendor(target) {
+		h, err := g.takeVendor(ctx, p)
+		return h, paceTicket{}, err
+	}
+	h, tk, err := g.take(ctx, p, target, own, paced)
+	if err != nil && g.Waterfall && fleetRefused(err) {
+		g.toVendor(target, waterCooling)
+		h, err = g.takeVendor(ctx, p)
+		return h, paceTicket{}, err
+	}
+	return h, tk, err
+}
+
 // fleetRefused reports whether a lease error of our fleet is one the waterfall answers:
 // every upstream that fits is cooling or banned for the site.
 func fleetRefused(err error) bool {

@@ -1,6 +1,8 @@
 package gateway_test
 
 import (
+	"bufio"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -238,4 +240,42 @@ func TestBudgetStopsVendorTraffic(t *testing.T) {
 	if got := testMetric(t, e, "proxy_operator_gateway_budget_used_ratio", "team-a"); got < 1 {
 		t.Errorf("budget used ratio %v, want at least 1", got)
 	}
+}
+
+// TestTunnelsOfAVendorSiteGoToTheVendor: once the waterfall sends a site to the vendor, its
+// CONNECT tunnels open there too, counted in usage like requests.
+func TestTunnelsOfAVendorSiteGoToTheVendor(t *testing.T) {
+	e := newEnv(t, 2, func(g *gateway.Gateway) { g.Waterfall = true })
+	vendor := e.addVendor(t)
+	blocking := datacenterBlocking(t, 10)
+	if resp, _ := get(t, e.client("any", token), blocking.url("/")); resp.Header.Get(gateway.HeaderProxy) != vendorKey {
+		t.Fatalf("the plain-HTTP page went through %q, want the vendor", resp.Header.Get(gateway.HeaderProxy))
+	}
+	conn, err := net.Dial("tcp", e.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_, _ = conn.Write([]byte("CONNECT " + blocking.addr + " HTTP/1.1\r\nHost: " + blocking.addr + "\r\nProxy-Authorization: " + basicAuth("any", token) + "\r\n\r\n" +
+		"GET /in-tunnel HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"))
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+	if err != nil || resp.StatusCode != http.StatusOK || resp.Header.Get(gateway.HeaderProxy) != vendorKey {
+		t.Fatalf("CONNECT: %v %v, want 200 through the vendor", resp, err)
+	}
+	inner, err := http.ReadResponse(br, nil)
+	if err != nil || inner.StatusCode != http.StatusOK {
+		t.Fatalf("the request inside the tunnel: %v %v, want the site's 200 (a residential exit)", inner, err)
+	}
+	_, _ = io.Copy(io.Discard, inner.Body)
+	conn.Close()
+	waitFor(t, "the tunnel's usage", func() bool {
+		for _, u := range e.gw.Usage() {
+			if u.Source == vendorKey && u.Requests == 2 {
+				v := vendor.Usage()
+				return u.BytesIn == v.BytesIn && u.BytesOut == v.BytesOut
+			}
+		}
+		return false
+	})
 }
