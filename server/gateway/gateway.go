@@ -130,6 +130,9 @@ type Gateway struct {
 	Logins *httpx.LoginThrottle
 	// Book shares the pace between replicas (nil: this process paces alone; pacebook.go).
 	Book PaceBook
+	// UsageBook keeps usage across restarts and replicas (nil: this process counts alone;
+	// usage.go).
+	UsageBook UsageBook
 	// Waterfall sends a site's requests to a vendor source while our own proxies cannot get
 	// it (refused or cooling), for WaterfallCooldown at a time (vendor.go, decision 0294).
 	Waterfall         bool

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"net/http"
@@ -18,7 +19,19 @@ import (
 
 // Usage and budgets (decision 0295): the gateway counts what each team (token) sends through
 // each source, our fleet or a vendor Proxy, and refuses a team's vendor traffic past a
-// budget of its token. The count lives in this process: it starts from zero on a restart.
+// budget of its token. With a UsageBook (the Redis store) the count is kept there, where a
+// restart and every gateway replica see it; without one it lives in this process.
+
+// UsageBook keeps usage for every gateway replica and across restarts (lease/redisstore's
+// Store; nil: this process counts alone, from zero at each start).
+type UsageBook interface {
+	// AddUsage adds one request's or tunnel's bytes of team through source at time at.
+	AddUsage(ctx context.Context, team, source string, in, out int64, at time.Time) error
+	// SpentIn is team's bytes per source in the UTC day (month false) or month holding at.
+	SpentIn(ctx context.Context, team string, month bool, at time.Time) (map[string]int64, error)
+	// EachUsage calls f with every team's totals per source.
+	EachUsage(ctx context.Context, f func(team, source string, in, out, requests int64)) error
+}
 
 // ReasonBudget is the refusal of vendor traffic past a budget of the caller's token.
 const ReasonBudget = "budget"
@@ -112,6 +125,13 @@ func (g *Gateway) account(c *access.Caller, h *hold, in, out int64) {
 		r.price, _ = strconv.ParseFloat(v.PricePerGiB, 64)
 	}
 	u.mu.Unlock()
+	if g.UsageBook != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), bookTimeout)
+		if err := g.UsageBook.AddUsage(ctx, c.Name, source, in, out, now); err != nil {
+			g.Log.Warn("gateway usage not kept in the shared store: this process's count only", "team", c.Name, "source", source, "err", err)
+		}
+		cancel()
+	}
 	u.bytes.WithLabelValues(c.Name, source, "in").Add(float64(in))
 	u.bytes.WithLabelValues(c.Name, source, "out").Add(float64(out))
 	u.requests.WithLabelValues(c.Name, source).Inc()
@@ -130,6 +150,21 @@ func (g *Gateway) spent(team string, b access.Budget, now time.Time) (int64, tim
 	start, end := dayStart(now), dayStart(now).AddDate(0, 0, 1)
 	if b.Period == access.PeriodMonth {
 		start, end = monthStart(now), monthStart(now).AddDate(0, 1, 0)
+	}
+	if g.UsageBook != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), bookTimeout)
+		bySource, err := g.UsageBook.SpentIn(ctx, team, b.Period == access.PeriodMonth, now)
+		cancel()
+		if err == nil {
+			var sum int64
+			for src, n := range bySource {
+				if src != SourceFleet && (b.Source == access.AnyVendor || src == b.Source) {
+					sum += n
+				}
+			}
+			return sum, end
+		}
+		g.Log.Warn("gateway budget read from this process's count: the shared store did not answer", "team", team, "err", err)
 	}
 	u := g.usage
 	u.mu.Lock()
@@ -194,14 +229,30 @@ func (g *Gateway) Usage() []discovery.UsageRow {
 	u := g.usage
 	u.mu.Lock()
 	out := make([]discovery.UsageRow, 0, len(u.rows))
+	price := map[string]float64{}
 	for k, r := range u.rows {
-		row := discovery.UsageRow{Team: k.team, Source: k.source, BytesIn: r.in, BytesOut: r.out, Requests: r.requests}
-		if r.price > 0 {
-			row.Cost = math.Round(float64(r.in+r.out)/(1<<30)*r.price*1e4) / 1e4
-		}
-		out = append(out, row)
+		out = append(out, discovery.UsageRow{Team: k.team, Source: k.source, BytesIn: r.in, BytesOut: r.out, Requests: r.requests})
+		price[k.source] = max(price[k.source], r.price)
 	}
 	u.mu.Unlock()
+	if g.UsageBook != nil {
+		var shared []discovery.UsageRow
+		ctx, cancel := context.WithTimeout(context.Background(), bookTimeout)
+		err := g.UsageBook.EachUsage(ctx, func(team, source string, in, outBytes, requests int64) {
+			shared = append(shared, discovery.UsageRow{Team: team, Source: source, BytesIn: in, BytesOut: outBytes, Requests: requests})
+		})
+		cancel()
+		if err == nil {
+			out = shared
+		} else {
+			g.Log.Warn("gateway usage from this process's count: the shared store did not answer", "err", err)
+		}
+	}
+	for i := range out {
+		if p := price[out[i].Source]; p > 0 {
+			out[i].Cost = math.Round(float64(out[i].BytesIn+out[i].BytesOut)/(1<<30)*p*1e4) / 1e4
+		}
+	}
 	for i := range out {
 		c := g.Tokens.ByName(out[i].Team)
 		if c == nil || out[i].Source == SourceFleet {

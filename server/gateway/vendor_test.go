@@ -2,6 +2,8 @@ package gateway_test
 
 import (
 	"bufio"
+	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -13,7 +15,10 @@ import (
 
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
+	"github.com/proxy-operator/proxy-operator/internal/healthtest"
+	"github.com/proxy-operator/proxy-operator/internal/redistest"
 	"github.com/proxy-operator/proxy-operator/internal/verdict"
+	"github.com/proxy-operator/proxy-operator/lease/redisstore"
 	"github.com/proxy-operator/proxy-operator/server/discovery/access"
 	"github.com/proxy-operator/proxy-operator/server/gateway"
 	"github.com/proxy-operator/proxy-operator/server/gateway/vendortest"
@@ -278,4 +283,54 @@ func TestTunnelsOfAVendorSiteGoToTheVendor(t *testing.T) {
 		}
 		return false
 	})
+}
+
+// TestUsageSharedInRedis: with the Redis store as the usage book, two gateway replicas count
+// one budget together, and a replica started afterwards (a restart) sees what they counted.
+func TestUsageSharedInRedis(t *testing.T) {
+	const page, budget = 1000, 3500
+	srv := redistest.Start(t)
+	tk, err := access.New([]access.TokenSpec{{Name: "team-a", Token: token, Namespaces: []string{access.AllNamespaces}, Right: access.RightLease,
+		Budgets: []access.Budget{{Source: access.AnyVendor, Period: access.PeriodMonth, Bytes: budget}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	view, h := fleet.New(time.Now, 0), &healthtest.Map{}
+	replica := func() *env {
+		return redisGateway(t, srv.Addr, view, h, func(g *gateway.Gateway) { g.Waterfall, g.Tokens = true, tk }, func(g *gateway.Gateway) {
+			g.UsageBook = g.Leases.(*redisstore.Store)
+		})
+	}
+	a, b := replica(), replica()
+	for i := 1; i <= 2; i++ {
+		a.addUpstream(t, fmt.Sprintf("crawl/p%d", i), fmt.Sprintf("127.0.0.%d", 40+i), nil, 100)
+	}
+	vendor := a.addVendor(t)
+	if err := redisstore.NewPublisher(redisstore.PublisherConfig{Store: a.store.(*redisstore.Store), Fleet: view, Health: h}).Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	blocking := datacenterBlocking(t, page)
+	served := 0
+	var resp *http.Response
+	for i := range 10 {
+		e := []*env{a, b}[i%2]
+		if resp, _ = get(t, e.client("any", token), blocking.url("/")); resp.StatusCode != http.StatusOK {
+			break
+		}
+		served++
+	}
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get(gateway.HeaderError) != gateway.ReasonBudget || served != 4 {
+		t.Fatalf("after %d pages through two replicas: %d %s, want 429 budget after 4 (3500 bytes, 1000 a page)", served, resp.StatusCode, resp.Header.Get(gateway.HeaderError))
+	}
+	restarted := replica()
+	var used int64
+	for _, u := range restarted.gw.Usage() {
+		if u.Source == vendorKey {
+			used = u.BytesIn + u.BytesOut
+		}
+	}
+	if used != 4*page {
+		t.Errorf("a replica started afterwards sees %d vendor bytes, want %d", used, 4*page)
+	}
+	waitFor(t, "the vendor's count", func() bool { v := vendor.Usage(); return v.BytesIn+v.BytesOut == used })
 }
