@@ -474,7 +474,7 @@ func (o *Operator) buildServers(h *hooks.Hooks, disc *discovery.Discovery, token
 			Log: o.log.With("component", "gateway"), Registerer: reg, Egress: egress, Reports: disc.Reports,
 			Shares: disc.SharesFor} // the API's fair shares hold through the gateway (decision 0259)
 		if o.redis != nil {
-			gw.Book = o.redis.store // the pace shared with the gateway replicas (decision 0268)
+			gw.Book = o.redis.store      // the pace shared with the gateway replicas (decision 0268)
 			gw.UsageBook = o.redis.store // usage and budgets shared too (decision 0295)
 		}
 		if err := o.cfg.Gateway.Apply(gw); err != nil {
