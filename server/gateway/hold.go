@@ -306,6 +306,9 @@ func (g *Gateway) report(ctx context.Context, h *hold, target string, r *Rule, h
 		g.Log.Info("gateway vendor exit refused by site; the next try asks for another exit", "proxy", h.l.Proxy.Key, "target", target, "rule", r.Name, "result", r.Result)
 		return
 	}
+	if r.Result == lease.ResultBanned {
+		g.noteBan(target)
+	}
 	rep := lease.Report{Result: r.Result, Target: target}
 	if r.Result == lease.ResultRateLimited {
 		rep.RetryAfter = retryAfter(hdr, g.Now(), g.MaxRetryAfter)

@@ -52,6 +52,7 @@ type waterfall struct {
 	mu     sync.Mutex
 	sites  map[string]waterSite
 	epochs map[string]uint32
+	banned map[string]time.Time // the last ban this gateway reported for an upstream of ours, by site
 }
 
 type waterSite struct {
@@ -67,7 +68,7 @@ const (
 )
 
 func newWaterfall() *waterfall {
-	return &waterfall{sites: map[string]waterSite{}, epochs: map[string]uint32{}}
+	return &waterfall{sites: map[string]waterSite{}, epochs: map[string]uint32{}, banned: map[string]time.Time{}}
 }
 
 // viaVendor reports whether target's requests go to a vendor now. A site whose time with the
@@ -120,12 +121,35 @@ func (g *Gateway) takeTry(ctx context.Context, p pick, target string, own []*hol
 		return h, paceTicket{}, err
 	}
 	h, tk, err := g.take(ctx, p, target, own, paced)
-	if err != nil && g.Waterfall && fleetRefused(err) {
+	// A request goes on only after a ban: a site that merely rate-limits our fleet into
+	// cooldowns is paced, not bought. A tunnel sees no answers: the crawlers' reports decide.
+	if err != nil && g.Waterfall && fleetRefused(err) && (!paced || g.bannedLately(target)) {
 		g.toVendor(target, waterCooling)
 		h, err = g.takeVendor(ctx, p)
 		return h, paceTicket{}, err
 	}
 	return h, tk, err
+}
+
+// noteBan remembers that this gateway reported a ban of one of our upstreams for target.
+func (g *Gateway) noteBan(target string) {
+	w := g.water
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.banned) >= maxWaterSites {
+		clear(w.banned)
+	}
+	w.banned[target] = g.Now()
+}
+
+// bannedLately reports whether this gateway reported a ban for target within the waterfall's
+// cooldown.
+func (g *Gateway) bannedLately(target string) bool {
+	w := g.water
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	at, ok := w.banned[target]
+	return ok && g.Now().Sub(at) < g.WaterfallCooldown
 }
 
 // fleetRefused reports whether a lease error of our fleet is one the waterfall answers:

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -127,9 +128,10 @@ func TestWithoutTheWaterfallTheSiteFails(t *testing.T) {
 func TestWaterfallTriesOurOwnAgainAfterTheCooldown(t *testing.T) {
 	e := newEnv(t, 2, func(g *gateway.Gateway) { g.Waterfall, g.WaterfallCooldown = true, 50*time.Millisecond })
 	e.addVendor(t)
-	refusing := true
+	var refusing atomic.Bool
+	refusing.Store(true)
 	s := newSite(t, func(w http.ResponseWriter, _ *http.Request, from string) {
-		if a, _ := netip.ParseAddr(from); refusing && !residential.Contains(a) {
+		if a, _ := netip.ParseAddr(from); refusing.Load() && !residential.Contains(a) {
 			http.Error(w, "no", http.StatusForbidden)
 			return
 		}
@@ -139,7 +141,7 @@ func TestWaterfallTriesOurOwnAgainAfterTheCooldown(t *testing.T) {
 	if resp, _ := get(t, c, s.url("/")); resp.Header.Get(gateway.HeaderProxy) != vendorKey {
 		t.Fatalf("first page through %q, want the vendor", resp.Header.Get(gateway.HeaderProxy))
 	}
-	refusing = false
+	refusing.Store(false)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		resp, _ := get(t, c, s.url("/"))
@@ -333,4 +335,46 @@ func TestUsageSharedInRedis(t *testing.T) {
 		t.Errorf("a replica started afterwards sees %d vendor bytes, want %d", used, 4*page)
 	}
 	waitFor(t, "the vendor's count", func() bool { v := vendor.Usage(); return v.BytesIn+v.BytesOut == used })
+}
+
+// TestWaterfallAfterBansCoolOurFleet: a site whose ban page a rule names (not a bare 403)
+// bans each of our upstreams in turn; once every one cools for it, the site goes to the
+// vendor (reason cooling). A site that only rate-limits our fleet stays with it.
+func TestWaterfallAfterBansCoolOurFleet(t *testing.T) {
+	rules, err := gateway.ParseRules([]byte("rules:\n  - {name: blocked, header: X-Blocked, result: banned}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, 2, func(g *gateway.Gateway) { g.Waterfall, g.Rules, g.QueueWait = true, rules, 200 * time.Millisecond })
+	e.addVendor(t)
+	banning := newSite(t, func(w http.ResponseWriter, _ *http.Request, from string) {
+		if a, _ := netip.ParseAddr(from); !residential.Contains(a) {
+			w.Header().Set("X-Blocked", "1")
+			http.Error(w, "blocked", http.StatusForbidden)
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	})
+	limiting := newSite(t, func(w http.ResponseWriter, _ *http.Request, _ string) {
+		w.Header().Set("Retry-After", "30")
+		http.Error(w, "slow down", http.StatusTooManyRequests)
+	})
+	c := e.client("any", token)
+	var resp *http.Response
+	for range 3 {
+		if resp, _ = get(t, c, banning.url("/")); resp.Header.Get(gateway.HeaderProxy) == vendorKey {
+			break
+		}
+	}
+	if resp.StatusCode != http.StatusOK || resp.Header.Get(gateway.HeaderProxy) != vendorKey {
+		t.Fatalf("after our upstreams were banned: %d through %q, want 200 through the vendor", resp.StatusCode, resp.Header.Get(gateway.HeaderProxy))
+	}
+	if got := testMetric(t, e, "proxy_operator_gateway_waterfall_total", "cooling"); got != 1 {
+		t.Errorf("to_vendor (cooling) decisions %v, want 1", got)
+	}
+	for range 3 {
+		if resp, _ = get(t, c, limiting.url("/")); resp.Header.Get(gateway.HeaderProxy) == vendorKey {
+			t.Fatalf("a site that only rate-limits our fleet went to the vendor")
+		}
+	}
 }
