@@ -345,7 +345,7 @@ func TestWaterfallAfterBansCoolOurFleet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := newEnv(t, 2, func(g *gateway.Gateway) { g.Waterfall, g.Rules, g.QueueWait = true, rules, 200 * time.Millisecond })
+	e := newEnv(t, 2, func(g *gateway.Gateway) { g.Waterfall, g.Rules, g.QueueWait = true, rules, 200*time.Millisecond })
 	e.addVendor(t)
 	banning := newSite(t, func(w http.ResponseWriter, _ *http.Request, from string) {
 		if a, _ := netip.ParseAddr(from); !residential.Contains(a) {
