@@ -23,6 +23,9 @@ type farmRun struct {
 	vendorIn, vendorOut   int64 // what the stand-in vendor counted
 	usageIn, usageOut     int64 // what the gateway's usage counted for the vendor
 	viaVendor, viaOwnPage int
+	// sessionExits are the residential addresses the first refusing site saw serve each of
+	// two gateway sessions' pages after the crawl (checked at the farm: one each, distinct).
+	sessionExits [2][]string
 }
 
 // crawlFarm fetches pages pages round-robin over the farm's sites with workers workers, the
@@ -106,6 +109,23 @@ func crawlFarm(t *testing.T, waterfall bool, sites, refusing, pages, workers int
 	waitFor(t, "the vendor's count to settle", func() bool { return vendor.Usage().BytesIn >= run.usageIn })
 	v := vendor.Usage()
 	run.vendorIn, run.vendorOut = v.BytesIn, v.BytesOut
+	if waterfall && refusing > 0 {
+		for i, session := range []string{"session-s1", "session-s2"} {
+			before := farm.Stats().Sites[0].ByIP
+			sc := e.client(session, token)
+			for j := range 4 {
+				if resp, err := sc.Get("http://" + hosts[0] + "/session/" + strconv.Itoa(j)); err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+			}
+			for ip, n := range farm.Stats().Sites[0].ByIP {
+				if n.Served > before[ip].Served {
+					run.sessionExits[i] = append(run.sessionExits[i], ip)
+				}
+			}
+		}
+	}
 	return run
 }
 
@@ -136,6 +156,10 @@ func TestWaterfallOnTheFarm(t *testing.T) {
 	}
 	if d := usage - vendor; d*100 > vendor || -d*100 > vendor {
 		t.Errorf("usage %d bytes, the vendor counted %d: more than 1 %% apart", usage, vendor)
+	}
+	t.Logf("the farm saw session s1 from %v, session s2 from %v", with.sessionExits[0], with.sessionExits[1])
+	if s1, s2 := with.sessionExits[0], with.sessionExits[1]; len(s1) != 1 || len(s2) != 1 || s1[0] == s2[0] {
+		t.Errorf("at the farm session s1 left from %v and s2 from %v: want one exit each, distinct", s1, s2)
 	}
 
 	without := crawlFarm(t, false, 6, 2, pages/3, 8)
