@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math"
 	"net/http"
 	"slices"
@@ -147,13 +148,19 @@ func (g *Gateway) account(c *access.Caller, h *hold, in, out int64) {
 
 // spent is what team sent in b's current period through b's source, and when the period ends.
 func (g *Gateway) spent(team string, b access.Budget, now time.Time) (int64, time.Time) {
+	return spentIn(g.UsageBook, g.usage, g.Log, team, b, now)
+}
+
+// spentIn reads a budget's period from book, or from local (nil: none) when there is no book
+// or it does not answer.
+func spentIn(book UsageBook, local *usage, log *slog.Logger, team string, b access.Budget, now time.Time) (int64, time.Time) {
 	start, end := dayStart(now), dayStart(now).AddDate(0, 0, 1)
 	if b.Period == access.PeriodMonth {
 		start, end = monthStart(now), monthStart(now).AddDate(0, 1, 0)
 	}
-	if g.UsageBook != nil {
+	if book != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), bookTimeout)
-		bySource, err := g.UsageBook.SpentIn(ctx, team, b.Period == access.PeriodMonth, now)
+		bySource, err := book.SpentIn(ctx, team, b.Period == access.PeriodMonth, now)
 		cancel()
 		if err == nil {
 			var sum int64
@@ -164,13 +171,15 @@ func (g *Gateway) spent(team string, b access.Budget, now time.Time) (int64, tim
 			}
 			return sum, end
 		}
-		g.Log.Warn("gateway budget read from this process's count: the shared store did not answer", "team", team, "err", err)
+		log.Warn("budget read from this process's count: the shared usage store did not answer", "team", team, "err", err)
 	}
-	u := g.usage
-	u.mu.Lock()
-	defer u.mu.Unlock()
+	if local == nil {
+		return 0, end
+	}
+	local.mu.Lock()
+	defer local.mu.Unlock()
 	var sum int64
-	for k, r := range u.rows {
+	for k, r := range local.rows {
 		if k.team != team || k.source == SourceFleet || (b.Source != access.AnyVendor && k.source != b.Source) {
 			continue
 		}
@@ -225,42 +234,64 @@ func perAdjective(period string) string {
 // token (tokens from Tokens; Insecure has none).
 func (g *Gateway) Usage() []discovery.UsageRow {
 	g.once.Do(g.init)
-	now := g.Now()
-	u := g.usage
-	u.mu.Lock()
-	out := make([]discovery.UsageRow, 0, len(u.rows))
-	price := map[string]float64{}
-	for k, r := range u.rows {
-		out = append(out, discovery.UsageRow{Team: k.team, Source: k.source, BytesIn: r.in, BytesOut: r.out, Requests: r.requests})
-		price[k.source] = max(price[k.source], r.price)
+	return usageRows(g.UsageBook, g.usage, g.Tokens, g.Log, g.Now())
+}
+
+// SharedUsage is the usage a UsageBook holds, for a process that runs no gateway (the
+// discovery replicas): what every gateway replica counted, with each team's budgets; no
+// cost (the prices are the gateways' to know).
+type SharedUsage struct {
+	Book   UsageBook
+	Tokens *access.Tokens
+	Log    *slog.Logger
+}
+
+// Usage implements discovery.UsageView.
+func (s SharedUsage) Usage() []discovery.UsageRow {
+	log := s.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
 	}
-	u.mu.Unlock()
-	if g.UsageBook != nil {
+	return usageRows(s.Book, nil, s.Tokens, log, time.Now())
+}
+
+// usageRows are the rows of book, or of local (nil: none) when there is no book or it does
+// not answer, with the costs local knows and the budgets of tokens.
+func usageRows(book UsageBook, local *usage, tokens *access.Tokens, log *slog.Logger, now time.Time) []discovery.UsageRow {
+	var out []discovery.UsageRow
+	price := map[string]float64{}
+	if local != nil {
+		local.mu.Lock()
+		for k, r := range local.rows {
+			out = append(out, discovery.UsageRow{Team: k.team, Source: k.source, BytesIn: r.in, BytesOut: r.out, Requests: r.requests})
+			price[k.source] = max(price[k.source], r.price)
+		}
+		local.mu.Unlock()
+	}
+	if book != nil {
 		var shared []discovery.UsageRow
 		ctx, cancel := context.WithTimeout(context.Background(), bookTimeout)
-		err := g.UsageBook.EachUsage(ctx, func(team, source string, in, outBytes, requests int64) {
+		err := book.EachUsage(ctx, func(team, source string, in, outBytes, requests int64) {
 			shared = append(shared, discovery.UsageRow{Team: team, Source: source, BytesIn: in, BytesOut: outBytes, Requests: requests})
 		})
 		cancel()
 		if err == nil {
 			out = shared
 		} else {
-			g.Log.Warn("gateway usage from this process's count: the shared store did not answer", "err", err)
+			log.Warn("usage from this process's count: the shared usage store did not answer", "err", err)
 		}
 	}
 	for i := range out {
 		if p := price[out[i].Source]; p > 0 {
 			out[i].Cost = math.Round(float64(out[i].BytesIn+out[i].BytesOut)/(1<<30)*p*1e4) / 1e4
 		}
-	}
-	for i := range out {
-		c := g.Tokens.ByName(out[i].Team)
+		c := tokens.ByName(out[i].Team)
 		if c == nil || out[i].Source == SourceFleet {
 			continue
 		}
 		for _, b := range c.Budgets {
 			if b.Source == out[i].Source || b.Source == access.AnyVendor {
-				used, end := g.spent(c.Name, b, now)
+				used, end := spentIn(book, local, log, c.Name, b, now)
 				out[i].Budgets = append(out[i].Budgets, discovery.UsageBudget{Source: b.Source, Period: b.Period, Bytes: b.Bytes, Used: used, Resets: end})
 			}
 		}

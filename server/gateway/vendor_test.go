@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
 	"github.com/proxy-operator/proxy-operator/internal/healthtest"
@@ -333,6 +335,15 @@ func TestUsageSharedInRedis(t *testing.T) {
 	}
 	if used != 4*page {
 		t.Errorf("a replica started afterwards sees %d vendor bytes, want %d", used, 4*page)
+	}
+	// A discovery replica, which runs no gateway, reads the same rows and budgets (no cost).
+	shared := gateway.SharedUsage{Book: a.store.(*redisstore.Store), Tokens: tk}.Usage()
+	want := restarted.gw.Usage()
+	for i := range want {
+		want[i].Cost = 0
+	}
+	if diff := cmp.Diff(want, shared); diff != "" {
+		t.Errorf("SharedUsage mismatch (-a restarted gateway +SharedUsage):\n%s", diff)
 	}
 	waitFor(t, "the vendor's count", func() bool { v := vendor.Usage(); return v.BytesIn+v.BytesOut == used })
 }
