@@ -2,7 +2,8 @@
 // share: leases, cooldowns and sessions, the per attribute-set index that picks a proxy, and
 // the fleet and health records the operator publishes for replicas to read. Every operation
 // that decides runs as one Lua script on the Redis server, so replicas never race each other.
-// It knows nothing of HTTP, of how health is probed or of how the fleet view is filled.
+// It also keeps what the gateway replicas share: the pace book (pace.go) and the usage per
+// team, source and period that budgets are checked against (usage.go). It knows nothing of HTTP, of how health is probed or of how the fleet view is filled.
 package redisstore
 
 import (
