@@ -77,6 +77,9 @@ func (g *Gateway) viaVendor(target string) bool {
 	if !g.Waterfall {
 		return false
 	}
+	if g.Rules.vendorSite(target) {
+		return true // counted as each try's "vendor" decision
+	}
 	w := g.water
 	w.mu.Lock()
 	defer w.mu.Unlock()

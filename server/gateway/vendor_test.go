@@ -389,3 +389,25 @@ func TestWaterfallAfterBansCoolOurFleet(t *testing.T) {
 		}
 	}
 }
+
+// TestRuleMarksAVendorSite: a site the rules file's vendorHosts name goes to the vendor from
+// its first request, our own fleet never tried; other sites are ours.
+func TestRuleMarksAVendorSite(t *testing.T) {
+	rules, err := gateway.ParseRules([]byte("vendorHosts: [\"127.0.0.1\"]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gateway.ParseRules([]byte("vendorHosts: [\"[\"]\n")); err == nil || !strings.Contains(err.Error(), "vendorHosts") {
+		t.Errorf("a malformed vendorHosts glob: %v, want an error naming vendorHosts", err)
+	}
+	e := newEnv(t, 2, func(g *gateway.Gateway) { g.Waterfall, g.Rules = true, rules })
+	e.addVendor(t)
+	s := newSite(t, nil)
+	resp, _ := get(t, e.client("any", token), s.url("/"))
+	if resp.Header.Get(gateway.HeaderProxy) != vendorKey || len(s.froms()) != 1 {
+		t.Errorf("a vendorHosts site: through %q after %d requests, want the vendor at once", resp.Header.Get(gateway.HeaderProxy), len(s.froms()))
+	}
+	if got := testMetric(t, e, "proxy_operator_gateway_waterfall_total", "vendor"); got != 1 {
+		t.Errorf("vendor decisions %v, want 1", got)
+	}
+}
