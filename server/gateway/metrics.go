@@ -80,7 +80,7 @@ func newMetrics(reg prometheus.Registerer, perProxy bool) *metrics {
 		}, []string{"fate"}),
 		waterfall: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "proxy_operator_gateway_waterfall_total",
-			Help: "Per-site waterfall decisions, by decision (to_vendor: a site sent to a vendor source, by reason refused or cooling; vendor: a try sent to a vendor source; back_to_fleet: a site's time with the vendor over, our own proxies tried again, by the reason it had).",
+			Help: "Per-site waterfall decisions, by decision (to_vendor: a site sent to a vendor source, by reason refused or cooling; vendor: a try sent to a vendor source; back_to_fleet: a site's time with the vendor over, our own proxies tried again, by the reason it had; exit_check_failed: a gateway session's vendor exit outside the vendor Proxy's spec.verify.expectedExit).",
 		}, []string{"decision", "reason"}),
 	}
 	for _, f := range []string{"kept", "streamed", "too_long"} {

@@ -16,6 +16,7 @@ import (
 	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/lease"
 	"github.com/proxy-operator/proxy-operator/server/discovery"
+	"github.com/proxy-operator/proxy-operator/server/httpx"
 )
 
 // Vendors (decisions 0293, 0294): a vendor Proxy is one upstream of many exits. Each request
@@ -53,6 +54,9 @@ type waterfall struct {
 	sites  map[string]waterSite
 	epochs map[string]uint32
 	banned map[string]time.Time // the last ban this gateway reported for an upstream of ours, by site
+	// trusted are the vendor sessions whose exit passed its check, until their lifetime ends
+	// (vendorexit.go), by vendor Proxy key and session.
+	trusted map[string]time.Time
 }
 
 type waterSite struct {
@@ -68,7 +72,7 @@ const (
 )
 
 func newWaterfall() *waterfall {
-	return &waterfall{sites: map[string]waterSite{}, epochs: map[string]uint32{}, banned: map[string]time.Time{}}
+	return &waterfall{sites: map[string]waterSite{}, epochs: map[string]uint32{}, banned: map[string]time.Time{}, trusted: map[string]time.Time{}}
 }
 
 // viaVendor reports whether target's requests go to a vendor now. A site whose time with the
@@ -237,19 +241,38 @@ func (g *Gateway) takeVendor(ctx context.Context, p pick) (*hold, error) {
 		return nil, refuse(http.StatusServiceUnavailable, ReasonNoVendor,
 			"the vendor source "+l.Proxy.Key+" does not offer country "+values.Country, g.Now(), time.Time{}, time.Minute, nil)
 	}
-	values.Session = g.vendorSession(sessionKey)
-	creds, err := l.Proxy.UpstreamCredentials(values)
-	if err != nil {
-		g.releaseLease(l, false)
-		if errors.Is(err, v1.ErrTemplateValue) {
-			// The message names the placeholder and the caller's own value, never {user}.
-			return nil, refuse(http.StatusBadRequest, ReasonNoVendor, "the username's targeting cannot go to a vendor: "+err.Error(), g.Now(), time.Time{}, 0, err)
+	var h *hold
+	for try := 1; ; try++ {
+		values.Session = g.vendorSession(sessionKey)
+		creds, err := l.Proxy.UpstreamCredentials(values)
+		if err != nil {
+			if h != nil {
+				g.done(h)
+			} else {
+				g.releaseLease(l, false)
+			}
+			if errors.Is(err, v1.ErrTemplateValue) {
+				// The message names the placeholder and the caller's own value, never {user}.
+				return nil, refuse(http.StatusBadRequest, ReasonNoVendor, "the username's targeting cannot go to a vendor: "+err.Error(), g.Now(), time.Time{}, 0, err)
+			}
+			return nil, err
 		}
-		return nil, err
+		if h == nil {
+			h = g.newHold(l, nil)
+			h.sessionKey = sessionKey
+		}
+		h.upstream = creds.ProxyURL(net.JoinHostPort(l.Proxy.IP, strconv.Itoa(int(l.Proxy.Port))))
+		err = g.checkVendorExit(ctx, h, values.Session)
+		if err == nil {
+			break
+		}
+		g.vendorBanned(h) // the next try asks the vendor for another session
+		if try >= maxExitTries {
+			g.done(h)
+			return nil, &httpx.Error{Code: http.StatusBadGateway, Err: err,
+				Message: "no exit of the vendor source " + l.Proxy.Key + " passed its exit check after " + strconv.Itoa(try) + " sessions"}
+		}
 	}
-	h := g.newHold(l, nil)
-	h.upstream = creds.ProxyURL(net.JoinHostPort(l.Proxy.IP, strconv.Itoa(int(l.Proxy.Port))))
-	h.sessionKey = sessionKey
 	g.m.waterfall.WithLabelValues("vendor", "").Inc()
 	return h, nil
 }

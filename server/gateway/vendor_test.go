@@ -411,3 +411,42 @@ func TestRuleMarksAVendorSite(t *testing.T) {
 		t.Errorf("vendor decisions %v, want 1", got)
 	}
 }
+
+// TestVendorSessionExitCheck: with spec.verify.exitURL on the vendor Proxy, a gateway
+// session's vendor session is trusted only once its exit, fetched through it, is inside
+// expectedExit: once per session; a vendor whose exits are elsewhere gets a 502 after three
+// sessions tried.
+func TestVendorSessionExitCheck(t *testing.T) {
+	echo := newSite(t, func(w http.ResponseWriter, _ *http.Request, from string) { _, _ = io.WriteString(w, from+"\n") })
+	for _, tc := range []struct {
+		name     string
+		expected string
+		want     int
+		checks   int
+	}{
+		{"exits inside expectedExit", "127.0.200.0/24", http.StatusOK, 1},          // checked once, then trusted
+		{"exits outside expectedExit", "127.0.201.0/24", http.StatusBadGateway, 6}, // three sessions per request
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, 2, func(g *gateway.Gateway) { g.Waterfall = true })
+			e.addVendor(t)
+			p, _ := e.view.Get(vendorKey)
+			p.Verify = &v1.VerifySpec{ExitURL: echo.url("/ip"), ExpectedExit: []string{tc.expected}}
+			e.view.Upsert(p)
+			blocking := datacenterBlocking(t, 10)
+			get(t, e.client("any", token), blocking.url("/")) // the site goes to the vendor; no session, no check
+			before := len(echo.froms())
+			c := e.client("session-s1", token)
+			var resp *http.Response
+			for range 2 {
+				resp, _ = get(t, c, blocking.url("/s"))
+			}
+			if resp.StatusCode != tc.want {
+				t.Errorf("through a checked session: %d, want %d", resp.StatusCode, tc.want)
+			}
+			if got := len(echo.froms()) - before; got != tc.checks {
+				t.Errorf("%d exit checks for two requests, want %d", got, tc.checks)
+			}
+		})
+	}
+}
