@@ -191,6 +191,11 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, p pick) error 
 			// A bare 403 bans nobody yet: another upstream is asked first (kept held, so the
 			// report can still be made through its lease).
 			suspect = &suspect403{h: h, rule: rule, hdr: resp.Header.Clone()}
+			if h.l.Proxy.IsVendor() {
+				// The second opinion must come from another exit: a vendor session's next
+				// try asks the vendor for a new one (decision 0294).
+				g.vendorBanned(h)
+			}
 			continue
 		}
 		if rule.Result == lease.ResultRateLimited {

@@ -300,10 +300,14 @@ func (g *Gateway) report(ctx context.Context, h *hold, target string, r *Rule, h
 	g.markBad(h)
 	if h.l.Proxy.IsVendor() {
 		// The site refused one of the vendor's exits, not the vendor: no cooldown for the
-		// Proxy (it would stop every other session), another exit next time (decision 0294).
+		// Proxy (it would stop every other session). A ban moves the session to another exit
+		// (decision 0294); a rate limit keeps it (a request without a session has a fresh
+		// exit at every try anyway).
 		g.m.bans.WithLabelValues(r.Name, string(r.Result)).Inc()
-		g.vendorBanned(h)
-		g.Log.Info("gateway vendor exit refused by site; the next try asks for another exit", "proxy", h.l.Proxy.Key, "target", target, "rule", r.Name, "result", r.Result)
+		if r.Result == lease.ResultBanned {
+			g.vendorBanned(h)
+		}
+		g.Log.Info("gateway vendor exit refused by site", "proxy", h.l.Proxy.Key, "target", target, "rule", r.Name, "result", r.Result)
 		return
 	}
 	if r.Result == lease.ResultBanned {

@@ -450,3 +450,48 @@ func TestVendorSessionExitCheck(t *testing.T) {
 		})
 	}
 }
+
+// TestVendorSessionMovesOnBanNotOnRateLimit: a vendor exit a site bans is left for another
+// (the session's next request asks for a new vendor session); one it rate-limits is kept.
+func TestVendorSessionMovesOnBanNotOnRateLimit(t *testing.T) {
+	e := newEnv(t, 2, func(g *gateway.Gateway) { g.Waterfall = true })
+	e.addVendor(t)
+	var mode atomic.Int32 // 0 serve, 1 rate-limit the vendor's exits, 2 ban them
+	s := newSite(t, func(w http.ResponseWriter, _ *http.Request, from string) {
+		a, _ := netip.ParseAddr(from)
+		switch {
+		case !residential.Contains(a):
+			http.Error(w, "no datacenters", http.StatusForbidden)
+		case mode.Load() == 1:
+			http.Error(w, "slow down", http.StatusTooManyRequests)
+		case mode.Load() == 2:
+			w.Header().Set("X-Blocked", "1")
+			http.Error(w, "blocked", http.StatusForbidden)
+		default:
+			_, _ = io.WriteString(w, "ok")
+		}
+	})
+	c := e.client("session-s1", token)
+	get(t, c, s.url("/warm")) // our two refuse: the site goes to the vendor
+	exit := func() string {
+		t.Helper()
+		f := s.froms()
+		return f[len(f)-1]
+	}
+	get(t, c, s.url("/1"))
+	first := exit()
+	mode.Store(1)
+	get(t, c, s.url("/limited"))
+	mode.Store(0)
+	get(t, c, s.url("/2"))
+	if got := exit(); got != first {
+		t.Errorf("after a 429 the session left from %s, want %s still", got, first)
+	}
+	mode.Store(2)
+	get(t, c, s.url("/banned"))
+	mode.Store(0)
+	get(t, c, s.url("/3"))
+	if got := exit(); got == first {
+		t.Errorf("after a ban the session still leaves from %s", got)
+	}
+}
