@@ -303,8 +303,10 @@ type UsageList struct {
 
 // Usage is one team's traffic through one source (fleet, or a vendor Proxy's namespace/name).
 type Usage struct {
-	Team     string  `json:"team"`
-	Source   string  `json:"source"`
+	Team   string `json:"team"`
+	Source string `json:"source"`
+	// Pool is the pool of the upstreams that carried it (empty: upstreams of no pool).
+	Pool     string  `json:"pool"`
 	BytesIn  int64   `json:"bytesIn"`
 	BytesOut int64   `json:"bytesOut"`
 	Requests int64   `json:"requests"`

@@ -482,6 +482,6 @@ func (usageView) Usage() []discovery.UsageRow {
 	return []discovery.UsageRow{
 		{Team: "crawler", Source: "crawl/oxylabs", BytesIn: 7340032, BytesOut: 18000, Requests: 6120, Cost: 0.0548,
 			Budgets: []discovery.UsageBudget{{Source: "crawl/oxylabs", Period: "day", Bytes: 10 << 30, Used: 7358032, Resets: time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC)}}},
-		{Team: "crawler", Source: "fleet", BytesIn: 90177536, Requests: 80511},
+		{Team: "crawler", Source: "fleet", Pool: "web", BytesIn: 90177536, Requests: 80511},
 	}
 }

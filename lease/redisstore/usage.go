@@ -12,7 +12,7 @@ import (
 
 // Usage kept for the gateway (decision 0295): bytes and requests per team and source, and the
 // bytes of each UTC day and month, so a budget holds across restarts and for every gateway
-// replica. Keys: u:in, u:out, u:req (hashes by "team\x00source"); u:d:<YYYY-MM-DD>:<team> and
+// replica. Keys: u:in, u:out, u:req (hashes by "team\x00source\x00pool"); u:d:<YYYY-MM-DD>:<team> and
 // u:m:<YYYY-MM>:<team> (hashes by source), each expiring after its period has long passed.
 const (
 	usageDayTTL   = 40 * 24 * time.Hour
@@ -24,11 +24,12 @@ func (s *Store) usageKeys(team string, at time.Time) (day, month string) {
 	return s.cfg.Prefix + "u:d:" + at.Format("2006-01-02") + ":" + team, s.cfg.Prefix + "u:m:" + at.Format("2006-01") + ":" + team
 }
 
-// AddUsage adds one request's or tunnel's bytes of team through source at time at.
-func (s *Store) AddUsage(ctx context.Context, team, source string, in, out int64, at time.Time) error {
+// AddUsage adds one request's or tunnel's bytes of team through source (an upstream of pool)
+// at time at.
+func (s *Store) AddUsage(ctx context.Context, team, source, pool string, in, out int64, at time.Time) error {
 	ctx, cancel := s.op(ctx)
 	defer cancel()
-	field := team + "\x00" + source
+	field := team + "\x00" + source + "\x00" + pool
 	day, month := s.usageKeys(team, at)
 	_, err := s.cfg.Client.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.HIncrBy(ctx, s.cfg.Prefix+"u:in", field, in)
@@ -66,8 +67,8 @@ func (s *Store) SpentIn(ctx context.Context, team string, month bool, at time.Ti
 	return out, nil
 }
 
-// EachUsage calls f with every team's traffic per source.
-func (s *Store) EachUsage(ctx context.Context, f func(team, source string, in, out, requests int64)) error {
+// EachUsage calls f with every team's traffic per source and pool.
+func (s *Store) EachUsage(ctx context.Context, f func(team, source, pool string, in, out, requests int64)) error {
 	ctx, cancel := s.op(ctx)
 	defer cancel()
 	var in, out, req *redis.MapStringStringCmd
@@ -82,11 +83,11 @@ func (s *Store) EachUsage(ctx context.Context, f func(team, source string, in, o
 	}
 	num := func(m map[string]string, k string) int64 { n, _ := strconv.ParseInt(m[k], 10, 64); return n }
 	for field := range req.Val() {
-		team, source, ok := strings.Cut(field, "\x00")
-		if !ok {
+		parts := strings.Split(field, "\x00")
+		if len(parts) != 3 {
 			return fmt.Errorf("usage: unreadable field %q", field)
 		}
-		f(team, source, num(in.Val(), field), num(out.Val(), field), num(req.Val(), field))
+		f(parts[0], parts[1], parts[2], num(in.Val(), field), num(out.Val(), field), num(req.Val(), field))
 	}
 	return nil
 }

@@ -10,7 +10,8 @@ import (
 	"github.com/proxy-operator/proxy-operator/internal/redistest"
 )
 
-// TestUsage: bytes add up per team and source in totals and per UTC day and month, a new day
+// TestUsage: bytes add up per team, source and pool in totals, and per team and source in each
+// UTC day and month, a new day
 // starts from zero while its month goes on, and every period key expires.
 func TestUsage(t *testing.T) {
 	client := newClient(t, redistest.Start(t))
@@ -22,34 +23,35 @@ func TestUsage(t *testing.T) {
 	day1 := time.Date(2026, 12, 6, 23, 59, 0, 0, time.UTC)
 	day2 := day1.Add(2 * time.Minute)
 	for _, a := range []struct {
-		team, source string
-		in, out      int64
-		at           time.Time
+		team, source, pool string
+		in, out            int64
+		at                 time.Time
 	}{
-		{"a", "ns/oxylabs", 100, 10, day1},
-		{"a", "ns/oxylabs", 200, 20, day2},
-		{"a", "fleet", 5000, 0, day1},
-		{"b", "ns/oxylabs", 7, 0, day2},
+		{"a", "ns/oxylabs", "", 100, 10, day1},
+		{"a", "ns/oxylabs", "", 200, 20, day2},
+		{"a", "fleet", "web", 4000, 0, day1},
+		{"a", "fleet", "", 1000, 0, day1},
+		{"b", "ns/oxylabs", "", 7, 0, day2},
 	} {
-		if err := s.AddUsage(ctx, a.team, a.source, a.in, a.out, a.at); err != nil {
+		if err := s.AddUsage(ctx, a.team, a.source, a.pool, a.in, a.out, a.at); err != nil {
 			t.Fatal(err)
 		}
 	}
 	type total struct {
-		Team, Source      string
-		In, Out, Requests int64
+		Team, Source, Pool string
+		In, Out, Requests  int64
 	}
 	var got []total
-	if err := s.EachUsage(ctx, func(team, source string, in, out, requests int64) {
-		got = append(got, total{team, source, in, out, requests})
+	if err := s.EachUsage(ctx, func(team, source, pool string, in, out, requests int64) {
+		got = append(got, total{team, source, pool, in, out, requests})
 	}); err != nil {
 		t.Fatal(err)
 	}
-	want := []total{{"a", "fleet", 5000, 0, 1}, {"a", "ns/oxylabs", 300, 30, 2}, {"b", "ns/oxylabs", 7, 0, 1}}
+	want := []total{{"a", "fleet", "web", 4000, 0, 1}, {"a", "fleet", "", 1000, 0, 1}, {"a", "ns/oxylabs", "", 300, 30, 2}, {"b", "ns/oxylabs", "", 7, 0, 1}}
 	if diff := cmp.Diff(want, got, cmp.Transformer("sort", func(ts []total) map[string]total {
 		m := map[string]total{}
 		for _, x := range ts {
-			m[x.Team+"|"+x.Source] = x
+			m[x.Team+"|"+x.Source+"|"+x.Pool] = x
 		}
 		return m
 	})); diff != "" {

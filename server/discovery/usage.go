@@ -11,9 +11,10 @@ import (
 )
 
 // UsageRow is what the gateway relayed for one team (token name) through one source (fleet,
-// or a vendor Proxy's namespace/name) since the gateway started (decision 0295).
+// or a vendor Proxy's namespace/name) and pool (decision 0295).
 type UsageRow struct {
 	Team, Source      string
+	Pool              string // the pool of the upstreams (empty: none)
 	BytesIn, BytesOut int64
 	Requests          int64
 	// Cost is the bytes in and out times the vendor's pricePerGiB (0: our fleet, or no price).
@@ -47,7 +48,7 @@ func (d *Discovery) listUsage(w http.ResponseWriter, r *http.Request) error {
 			if !all && u.Team != caller.Name {
 				continue
 			}
-			cu := client.Usage{Team: u.Team, Source: u.Source, BytesIn: u.BytesIn, BytesOut: u.BytesOut, Requests: u.Requests, Cost: u.Cost,
+			cu := client.Usage{Team: u.Team, Source: u.Source, Pool: u.Pool, BytesIn: u.BytesIn, BytesOut: u.BytesOut, Requests: u.Requests, Cost: u.Cost,
 				Budgets: []client.UsageBudget{}}
 			for _, b := range u.Budgets {
 				cu.Budgets = append(cu.Budgets, client.UsageBudget{Source: b.Source, Period: b.Period, Bytes: b.Bytes, Used: b.Used, Resets: b.Resets.UTC()})

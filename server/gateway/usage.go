@@ -26,12 +26,13 @@ import (
 // UsageBook keeps usage for every gateway replica and across restarts (lease/redisstore's
 // Store; nil: this process counts alone, from zero at each start).
 type UsageBook interface {
-	// AddUsage adds one request's or tunnel's bytes of team through source at time at.
-	AddUsage(ctx context.Context, team, source string, in, out int64, at time.Time) error
+	// AddUsage adds one request's or tunnel's bytes of team through source (an upstream of
+	// pool, "" : none) at time at.
+	AddUsage(ctx context.Context, team, source, pool string, in, out int64, at time.Time) error
 	// SpentIn is team's bytes per source in the UTC day (month false) or month holding at.
 	SpentIn(ctx context.Context, team string, month bool, at time.Time) (map[string]int64, error)
-	// EachUsage calls f with every team's totals per source.
-	EachUsage(ctx context.Context, f func(team, source string, in, out, requests int64)) error
+	// EachUsage calls f with every team's totals per source and pool.
+	EachUsage(ctx context.Context, f func(team, source, pool string, in, out, requests int64)) error
 }
 
 // ReasonBudget is the refusal of vendor traffic past a budget of the caller's token.
@@ -47,7 +48,7 @@ type usage struct {
 	used     *prometheus.GaugeVec
 }
 
-type usageKey struct{ team, source string }
+type usageKey struct{ team, source, pool string }
 
 type usageRow struct {
 	in, out, requests int64
@@ -82,12 +83,12 @@ func newUsage(reg prometheus.Registerer) *usage {
 		rows: map[usageKey]*usageRow{},
 		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "proxy_operator_gateway_usage_bytes_total",
-			Help: "Body and tunnel bytes relayed for each team (discovery token name), by source (fleet, or a vendor Proxy's namespace/name) and direction (in: from the source, out: to it).",
-		}, []string{"team", "source", "direction"}),
+			Help: "Body and tunnel bytes relayed for each team (discovery token name), by source (fleet, or a vendor Proxy's namespace/name), pool of the upstream (empty: none) and direction (in: from the source, out: to it).",
+		}, []string{"team", "source", "pool", "direction"}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "proxy_operator_gateway_usage_requests_total",
-			Help: "Requests and tunnels relayed for each team (discovery token name), by source (fleet, or a vendor Proxy's namespace/name).",
-		}, []string{"team", "source"}),
+			Help: "Requests and tunnels relayed for each team (discovery token name), by source (fleet, or a vendor Proxy's namespace/name) and pool of the upstream (empty: none).",
+		}, []string{"team", "source", "pool"}),
 		used: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "proxy_operator_gateway_budget_used_ratio",
 			Help: "The part of each budget of a team's token used in its current period, by team, source (a vendor Proxy's namespace/name, or * for every vendor) and period (day, month); past 1 the team's vendor traffic through the source is refused.",
@@ -109,7 +110,7 @@ func (g *Gateway) account(c *access.Caller, h *hold, in, out int64) {
 	now := g.Now()
 	u := g.usage
 	u.mu.Lock()
-	k := usageKey{c.Name, source}
+	k := usageKey{c.Name, source, h.pool}
 	r := u.rows[k]
 	if r == nil {
 		r = &usageRow{}
@@ -128,14 +129,14 @@ func (g *Gateway) account(c *access.Caller, h *hold, in, out int64) {
 	u.mu.Unlock()
 	if g.UsageBook != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), bookTimeout)
-		if err := g.UsageBook.AddUsage(ctx, c.Name, source, in, out, now); err != nil {
+		if err := g.UsageBook.AddUsage(ctx, c.Name, source, h.pool, in, out, now); err != nil {
 			g.Log.Warn("gateway usage not kept in the shared store: this process's count only", "team", c.Name, "source", source, "err", err)
 		}
 		cancel()
 	}
-	u.bytes.WithLabelValues(c.Name, source, "in").Add(float64(in))
-	u.bytes.WithLabelValues(c.Name, source, "out").Add(float64(out))
-	u.requests.WithLabelValues(c.Name, source).Inc()
+	u.bytes.WithLabelValues(c.Name, source, h.pool, "in").Add(float64(in))
+	u.bytes.WithLabelValues(c.Name, source, h.pool, "out").Add(float64(out))
+	u.requests.WithLabelValues(c.Name, source, h.pool).Inc()
 	if source != SourceFleet {
 		for _, b := range c.Budgets {
 			if b.Source == source || b.Source == access.AnyVendor {
@@ -263,7 +264,7 @@ func usageRows(book UsageBook, local *usage, tokens *access.Tokens, log *slog.Lo
 	if local != nil {
 		local.mu.Lock()
 		for k, r := range local.rows {
-			out = append(out, discovery.UsageRow{Team: k.team, Source: k.source, BytesIn: r.in, BytesOut: r.out, Requests: r.requests})
+			out = append(out, discovery.UsageRow{Team: k.team, Source: k.source, Pool: k.pool, BytesIn: r.in, BytesOut: r.out, Requests: r.requests})
 			price[k.source] = max(price[k.source], r.price)
 		}
 		local.mu.Unlock()
@@ -271,8 +272,8 @@ func usageRows(book UsageBook, local *usage, tokens *access.Tokens, log *slog.Lo
 	if book != nil {
 		var shared []discovery.UsageRow
 		ctx, cancel := context.WithTimeout(context.Background(), bookTimeout)
-		err := book.EachUsage(ctx, func(team, source string, in, outBytes, requests int64) {
-			shared = append(shared, discovery.UsageRow{Team: team, Source: source, BytesIn: in, BytesOut: outBytes, Requests: requests})
+		err := book.EachUsage(ctx, func(team, source, pool string, in, outBytes, requests int64) {
+			shared = append(shared, discovery.UsageRow{Team: team, Source: source, Pool: pool, BytesIn: in, BytesOut: outBytes, Requests: requests})
 		})
 		cancel()
 		if err == nil {
@@ -300,7 +301,10 @@ func usageRows(book UsageBook, local *usage, tokens *access.Tokens, log *slog.Lo
 		if c := strings.Compare(a.Team, b.Team); c != 0 {
 			return c
 		}
-		return strings.Compare(a.Source, b.Source)
+		if c := strings.Compare(a.Source, b.Source); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Pool, b.Pool)
 	})
 	return out
 }
