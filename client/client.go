@@ -281,6 +281,47 @@ type Site struct {
 	// Pace is nil when no gateway runs in the answering process or it never sent there.
 	Pace      *SitePace      `json:"pace,omitempty"`
 	Cooldowns []SiteCooldown `json:"cooldowns"`
+	// Vendor is set while the gateway's waterfall sends the site to a vendor source.
+	Vendor *SiteVendor `json:"vendor,omitempty"`
+}
+
+// SiteVendor is a site's time with a vendor source: since when, until when the gateway tries
+// our own proxies again, and why (refused: two of ours got the same 403; cooling: every one
+// of ours that fits is cooling or banned for the site).
+type SiteVendor struct {
+	Since  time.Time `json:"since"`
+	Until  time.Time `json:"until"`
+	Reason string    `json:"reason"`
+}
+
+// UsageList is GET /v1/usage's answer (docs/api.md): what the gateway relayed per team and
+// source since it started.
+type UsageList struct {
+	Usage []Usage `json:"usage"`
+	Count int     `json:"count"`
+}
+
+// Usage is one team's traffic through one source (fleet, or a vendor Proxy's namespace/name).
+type Usage struct {
+	Team   string `json:"team"`
+	Source string `json:"source"`
+	// Pool is the pool of the upstreams that carried it (empty: upstreams of no pool).
+	Pool     string  `json:"pool"`
+	BytesIn  int64   `json:"bytesIn"`
+	BytesOut int64   `json:"bytesOut"`
+	Requests int64   `json:"requests"`
+	Cost     float64 `json:"cost"`
+	// Budgets are the team's budgets that count this source.
+	Budgets []UsageBudget `json:"budgets"`
+}
+
+// UsageBudget is one budget of a team's token and what its current period used.
+type UsageBudget struct {
+	Source string    `json:"source"`
+	Period string    `json:"period"`
+	Bytes  int64     `json:"bytes"`
+	Used   int64     `json:"used"`
+	Resets time.Time `json:"resets"`
 }
 
 // SitePace is the gateway's learned pace for a site.

@@ -367,6 +367,24 @@ func testRejections(t *testing.T, s *server) {
 		{"managed with credentialsSecretRef", managed("x"), func(s map[string]any) {
 			s["credentialsSecretRef"] = map[string]any{"name": "creds"}
 		}, []string{"spec: Invalid value", "credentialsSecretRef is only for External proxies"}},
+		{"vendor on a managed proxy", managed("x"), func(s map[string]any) {
+			s["vendor"] = map[string]any{"usernameTemplate": "customer-{user}-sessid-{session}"}
+		}, []string{"spec: Invalid value", "vendor is only for External proxies with a credentialsSecretRef"}},
+		{"vendor without credentials", external("x"), func(s map[string]any) {
+			s["vendor"] = map[string]any{"usernameTemplate": "customer-{user}-sessid-{session}"}
+		}, []string{"spec: Invalid value", "vendor is only for External proxies with a credentialsSecretRef"}},
+		{"vendor template with an unknown placeholder", external("x"), func(s map[string]any) {
+			s["credentialsSecretRef"] = map[string]any{"name": "oxylabs"}
+			s["vendor"] = map[string]any{"usernameTemplate": "customer-{user}-zip-{zip}-sessid-{session}"}
+		}, []string{"spec.vendor.usernameTemplate: Invalid value", "unknown placeholder"}},
+		{"vendor template without a session", external("x"), func(s map[string]any) {
+			s["credentialsSecretRef"] = map[string]any{"name": "oxylabs"}
+			s["vendor"] = map[string]any{"usernameTemplate": "customer-{user}-cc-{country}"}
+		}, []string{"spec.vendor.usernameTemplate: Invalid value", "{session} is required"}},
+		{"vendor country in lower case", external("x"), func(s map[string]any) {
+			s["credentialsSecretRef"] = map[string]any{"name": "oxylabs"}
+			s["vendor"] = map[string]any{"usernameTemplate": "customer-{user}-sessid-{session}", "countries": []any{"us"}}
+		}, []string{"spec.vendor.countries[0]: Invalid value"}},
 		{"credentialsSecretRef not a Secret name", external("x"), func(s map[string]any) {
 			s["credentialsSecretRef"] = map[string]any{"name": "Not_A_Name"}
 		}, []string{"spec.credentialsSecretRef.name: Invalid value"}},

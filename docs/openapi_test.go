@@ -79,7 +79,7 @@ func newCappedDiscovery(t *testing.T, proxies ...fleet.Proxy) *discoveryServer {
 		t.Fatal(err)
 	}
 	store := lease.NewMemory(lease.Config{Fleet: view, Health: h, MaxLeasesPerHolder: 1})
-	d := &discovery.Discovery{Fleet: view, Health: h, Leases: store, Tokens: toks, Log: slog.New(slog.DiscardHandler)}
+	d := &discovery.Discovery{Fleet: view, Health: h, Leases: store, Tokens: toks, Log: slog.New(slog.DiscardHandler), Usage: usageView{}}
 	handler := d.Handler()
 	srv := httptest.NewServer(handler)
 	t.Cleanup(srv.Close)
@@ -283,6 +283,8 @@ func TestOpenAPIAgainstRealServer(t *testing.T) {
 		{name: "sites", method: "GET", path: "/v1/sites?limit=10", want: 200},
 		{name: "sites limit out of range", method: "GET", path: "/v1/sites?limit=0", want: 400, invalid: true},
 		{name: "sites without token", method: "GET", path: "/v1/sites", noToken: true, want: 401, invalid: true},
+		{name: "usage", method: "GET", path: "/v1/usage", want: 200},
+		{name: "usage without token", method: "GET", path: "/v1/usage", noToken: true, want: 401, invalid: true},
 	} {
 		a := lookup(ex)
 		if bytes.Contains(a.body, []byte(creds.Password)) || bytes.Contains(a.body, []byte("password")) {
@@ -470,5 +472,16 @@ func TestOpenAPISaysAuthIsRequired(t *testing.T) {
 	d := strings.ToLower(s.Value.Description)
 	if strings.Contains(d, "auth is off") || !strings.Contains(d, "-discovery-insecure") {
 		t.Errorf("bearer scheme description %q: want it to say a token is required (the process does not start without one) and name -discovery-insecure", s.Value.Description)
+	}
+}
+
+// usageView is a gateway's usage with a vendor row and its budget, for the schema.
+type usageView struct{}
+
+func (usageView) Usage() []discovery.UsageRow {
+	return []discovery.UsageRow{
+		{Team: "crawler", Source: "crawl/oxylabs", BytesIn: 7340032, BytesOut: 18000, Requests: 6120, Cost: 0.0548,
+			Budgets: []discovery.UsageBudget{{Source: "crawl/oxylabs", Period: "day", Bytes: 10 << 30, Used: 7358032, Resets: time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC)}}},
+		{Team: "crawler", Source: "fleet", Pool: "web", BytesIn: 90177536, Requests: 80511},
 	}
 }

@@ -326,12 +326,16 @@ func (l *loop) sync(ps []fleet.Proxy) {
 		}
 		keep[p.Key] = struct{}{}
 		hc := p.HealthCheck
+		// A vendor proxy is probed through its endpoint with a username of its own session
+		// (fleet.ProbeSession); a template that cannot render leaves the probe without one,
+		// and the vendor's 407 makes the proxy unhealthy.
+		creds, _ := p.UpstreamCredentials(v1.UsernameValues{Session: fleet.ProbeSession})
 		t := Target{
 			Proxy:       net.JoinHostPort(p.IP, strconv.Itoa(int(p.Port))),
 			URL:         hc.ProbeURL,
 			Timeout:     time.Duration(hc.TimeoutSeconds) * s.unit,
 			Expected:    hc.ExpectedStatusCodes,
-			Credentials: p.Credentials,
+			Credentials: creds,
 			Dest:        netpolicy.Dest{External: p.Mode == v1.ModeExternal, Provider: p.Provider},
 		}
 		interval := time.Duration(max(hc.IntervalSeconds, 1)) * s.unit

@@ -13,6 +13,7 @@ import (
 
 	"github.com/proxy-operator/proxy-operator/server/console"
 	"github.com/proxy-operator/proxy-operator/server/discovery"
+	"github.com/proxy-operator/proxy-operator/server/gateway"
 )
 
 // DiscoveryConfig configures a discovery-only process (`proxy-operator discovery`): the
@@ -104,7 +105,9 @@ func NewDiscovery(cfg DiscoveryConfig) (*Discovery, error) {
 	reg := replicaRegistry()
 	b.register(reg)
 	disc := &discovery.Discovery{Fleet: b.reader, Health: b.reader, Leases: b.store, Tokens: tokens, Insecure: cfg.Discovery.Insecure,
-		Log: log.With("component", "discovery"), Registerer: reg, MaxTTL: cfg.Lease.MaxTTL}
+		Log: log.With("component", "discovery"), Registerer: reg, MaxTTL: cfg.Lease.MaxTTL,
+		// /v1/usage: what every gateway replica counted in Redis (decision 0295).
+		Usage: gateway.SharedUsage{Book: b.store, Tokens: tokens, Log: log.With("component", "discovery")}}
 	var loops []func(context.Context) error
 	if cfg.Discovery.Console {
 		// A replica has no Kubernetes client and no pool hooks: the console reads and

@@ -122,7 +122,7 @@ func NewGateway(cfg GatewayConfig) (_ *Gateway, err error) {
 	reports := discovery.NewReportCounter() // the gateway's source only: no API here
 	reg.MustRegister(reports)
 	gw := &gateway.Gateway{Leases: g.backend.store, Fleet: g.backend.reader, Tokens: tokens, Insecure: cfg.Insecure,
-		Log: log.With("component", "gateway"), Registerer: reg, Egress: egress, Book: g.backend.store, Reports: reports}
+		Log: log.With("component", "gateway"), Registerer: reg, Egress: egress, Book: g.backend.store, UsageBook: g.backend.store, Reports: reports}
 	if err := cfg.Gateway.Apply(gw); err != nil {
 		return nil, err
 	}

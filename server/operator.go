@@ -476,7 +476,8 @@ func (o *Operator) buildServers(h *hooks.Hooks, disc *discovery.Discovery, token
 			Log: o.log.With("component", "gateway"), Registerer: reg, Egress: egress, Reports: disc.Reports,
 			Shares: disc.SharesFor} // the API's fair shares hold through the gateway (decision 0259)
 		if o.redis != nil {
-			gw.Book = o.redis.store // the pace shared with the gateway replicas (decision 0268)
+			gw.Book = o.redis.store      // the pace shared with the gateway replicas (decision 0268)
+			gw.UsageBook = o.redis.store // usage and budgets shared too (decision 0295)
 		}
 		if err := o.cfg.Gateway.Apply(gw); err != nil {
 			return err
@@ -496,6 +497,7 @@ func (o *Operator) buildServers(h *hooks.Hooks, disc *discovery.Discovery, token
 			o.portSrvs = append(o.portSrvs, s)
 		}
 		disc.Sites = gw // /v1/sites reads its pacer
+		disc.Usage = gw // /v1/usage reads its count
 	}
 	return nil
 }

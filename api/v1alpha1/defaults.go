@@ -12,6 +12,9 @@ func (s *ProxySpec) Default() {
 		v := DefaultMaxLeases
 		s.MaxLeases = &v
 	}
+	if s.Vendor != nil && s.Vendor.SessionLifetimeSeconds == 0 {
+		s.Vendor.SessionLifetimeSeconds = DefaultVendorSessionSeconds
+	}
 	if s.HealthCheck == nil {
 		s.HealthCheck = &HealthCheckSpec{}
 	}

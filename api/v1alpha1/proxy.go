@@ -113,6 +113,7 @@ type ProxyList struct {
 // +kubebuilder:validation:XValidation:rule="(self.mode == 'Managed') == (has(self.provider) && size(self.provider) > 0)",message="provider is required when mode is Managed and must be empty when mode is External"
 // +kubebuilder:validation:XValidation:rule="(self.mode == 'External') == has(self.endpoint)",message="endpoint is required when mode is External and must be absent when mode is Managed"
 // +kubebuilder:validation:XValidation:rule="!has(self.credentialsSecretRef) || self.mode == 'External'",message="credentialsSecretRef is only for External proxies: a Managed proxy gets a generated credential"
+// +kubebuilder:validation:XValidation:rule="!has(self.vendor) || (self.mode == 'External' && has(self.credentialsSecretRef))",message="vendor is only for External proxies with a credentialsSecretRef (the vendor account)"
 type ProxySpec struct {
 	// Mode is Managed (the operator creates the machine) or External (the machine exists
 	// elsewhere; the operator only tracks and probes it). Immutable on a Proxy (the rule sits
@@ -177,6 +178,11 @@ type ProxySpec struct {
 	// proxy to be leased.
 	// +optional
 	Verify *VerifySpec `json:"verify,omitempty"`
+
+	// Vendor makes an External proxy a vendor's gateway: a source of sticky exits, one per
+	// gateway session, served through the gateway only (decision 0293).
+	// +optional
+	Vendor *VendorSpec `json:"vendor,omitempty"`
 }
 
 // PlacementSpec is a small typed set of placement settings.

@@ -17,6 +17,8 @@ var (
 	secretKey  = regexp.MustCompile(`^[-._a-zA-Z0-9]+$`)
 )
 
+var pricePerGiB = regexp.MustCompile(`^[0-9]{1,6}(\.[0-9]{1,4})?$`)
+
 var secretNameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
 
 // Validate repeats the CRD's schema and CEL rules for bodies that did not pass through the
@@ -62,6 +64,27 @@ func (s *ProxySpec) Validate() error {
 		}
 		if !secretNameRE.MatchString(r.Name) || len(r.Name) > 253 {
 			bad("credentialsSecretRef.name", "%q is not a Secret name", r.Name)
+		}
+	}
+	if v := s.Vendor; v != nil {
+		if s.Mode != ModeExternal || s.CredentialsSecretRef == nil {
+			bad("vendor", "only for External proxies with a credentialsSecretRef (the vendor account)")
+		}
+		if len(v.UsernameTemplate) > 256 {
+			bad("vendor.usernameTemplate", "%d characters, at most 256", len(v.UsernameTemplate))
+		} else if _, err := parseTemplate(v.UsernameTemplate); err != nil {
+			bad("vendor.usernameTemplate", "%s", strings.TrimPrefix(err.Error(), ErrTemplate.Error()+" "))
+		}
+		for _, c := range v.Countries {
+			if len(c) != 2 || strings.ToUpper(c) != c || !usernameValue.MatchString(c) {
+				bad("vendor.countries", "%.8q is not an ISO 3166-1 alpha-2 code in upper case", c)
+			}
+		}
+		if v.PricePerGiB != "" && !pricePerGiB.MatchString(v.PricePerGiB) {
+			bad("vendor.pricePerGiB", "%.20q is not a decimal price (8.40)", v.PricePerGiB)
+		}
+		if v.SessionLifetimeSeconds != 0 && (v.SessionLifetimeSeconds < 60 || v.SessionLifetimeSeconds > 86400) {
+			bad("vendor.sessionLifetimeSeconds", "%d is out of range 60-86400", v.SessionLifetimeSeconds)
 		}
 	}
 	if s.Port < 0 || s.Port > 65535 {

@@ -12,11 +12,7 @@ func TestValidateEndpointHostAndSecretRef(t *testing.T) {
 	ref := func(name, key string) ProxySpec {
 		return ProxySpec{Mode: ModeManaged, Provider: "mock", CloudInit: &CloudInitSpec{SecretRef: &SecretKeyRef{Name: name, Key: key}}}
 	}
-	tests := []struct {
-		name    string
-		spec    ProxySpec
-		wantErr string // substring; empty: valid
-	}{
+	tests := []validateCase{
 		{"ipv4", ext("198.51.100.7"), ""},
 		{"ipv6", ext("2001:db8::7"), ""},
 		{"name", ext("proxy-1.example.com"), ""},
@@ -26,17 +22,7 @@ func TestValidateEndpointHostAndSecretRef(t *testing.T) {
 		{"secret in another namespace", ref("team-b/ci", "user-data"), `spec.cloudInit.secretRef.name: "team-b/ci" is not a Secret name`},
 		{"secret key with a slash", ref("ci", "a/b"), "spec.cloudInit.secretRef.key"},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			err := tc.spec.Validate()
-			switch {
-			case tc.wantErr == "" && err != nil:
-				t.Errorf("Validate() = %v, want nil", err)
-			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
-				t.Errorf("Validate() = %v, want an error containing %q", err, tc.wantErr)
-			}
-		})
-	}
+	runValidate(t, tests)
 }
 
 // TestValidateBounds: what one Proxy may ask for is bounded the same as in the CRD schema, so a
@@ -52,11 +38,7 @@ func TestValidateBounds(t *testing.T) {
 		many[strings.Repeat("k", i+1)] = "v"
 	}
 	ml := func(v int32) *int32 { return &v }
-	tests := []struct {
-		name    string
-		spec    ProxySpec
-		wantErr string
-	}{
+	tests := []validateCase{
 		{"longest key and value", spec(func(s *ProxySpec) {
 			s.Attributes = map[string]string{strings.Repeat("k", MaxAttributeKeyLength): strings.Repeat("v", MaxAttributeValueLength)}
 		}), ""},
@@ -67,6 +49,18 @@ func TestValidateBounds(t *testing.T) {
 		{"maxLeases at the ceiling", spec(func(s *ProxySpec) { s.MaxLeases = ml(MaxMaxLeases) }), ""},
 		{"maxLeases over the ceiling", spec(func(s *ProxySpec) { s.MaxLeases = ml(10000) }), "spec.maxLeases: 10000 is out of range 0-1000"},
 	}
+	runValidate(t, tests)
+}
+
+// validateCase is one spec and a substring of the error Validate must give (empty: valid).
+type validateCase struct {
+	name    string
+	spec    ProxySpec
+	wantErr string
+}
+
+func runValidate(t *testing.T, tests []validateCase) {
+	t.Helper()
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.spec.Validate()

@@ -53,6 +53,34 @@ type Proxy struct {
 	// Verify is the Proxy's spec.verify (nil: only a Managed proxy's own IP is checked, and
 	// only when an exit URL is configured).
 	Verify *v1.VerifySpec
+	// Vendor is the Proxy's spec.vendor: a vendor's gateway, each lease of it a sticky exit of
+	// its own (decision 0293). Its Attributes then carry v1.SourceAttribute (WithSource).
+	Vendor *v1.VendorSpec
+}
+
+// IsVendor reports whether p is a vendor's gateway rather than one of our own proxies.
+func (p Proxy) IsVendor() bool { return p.Vendor != nil }
+
+// ProbeSession is the vendor session the prober's requests ask for: one sticky exit.
+const ProbeSession = "probe"
+
+// UpstreamCredentials are what one dial of p sends: p's credential, or for a vendor proxy
+// its credential with the username rendered from the template for the session and targeting
+// in v ({user} being the credential's own username; decision 0293). Like the password, a
+// rendered username is never logged, shown in status or answered: log p.Key.
+func (p Proxy) UpstreamCredentials(v v1.UsernameValues) (*Credentials, error) {
+	if p.Vendor == nil || p.Credentials == nil {
+		return p.Credentials, nil
+	}
+	v.User = p.Credentials.Username
+	if v.Lifetime <= 0 {
+		v.Lifetime = p.Vendor.SessionLifetime()
+	}
+	user, err := p.Vendor.Render(v)
+	if err != nil {
+		return nil, err
+	}
+	return &Credentials{Username: user, Password: p.Credentials.Password}, nil
 }
 
 // ExcludesMismatch reports whether a failed exit check keeps the proxy from new leases.
@@ -84,6 +112,25 @@ func WithExit(attrs map[string]string, e *v1.ExitStatus) map[string]string {
 	return out
 }
 
+// WithSource returns attrs with v1.SourceAttribute set for a vendor proxy, and without it
+// for one of our own, so a manifest can neither pass our proxy off as bought traffic nor hide
+// it from ordinary leases (attrs itself when nothing changes).
+func WithSource(attrs map[string]string, vendor bool) map[string]string {
+	if _, has := attrs[v1.SourceAttribute]; !vendor && !has || vendor && attrs[v1.SourceAttribute] == v1.SourceVendor {
+		return attrs
+	}
+	out := maps.Clone(attrs)
+	if out == nil {
+		out = map[string]string{}
+	}
+	if vendor {
+		out[v1.SourceAttribute] = v1.SourceVendor
+	} else {
+		delete(out, v1.SourceAttribute)
+	}
+	return out
+}
+
 // Equal reports whether two records are the same.
 func (p Proxy) Equal(o Proxy) bool {
 	type scalars struct {
@@ -103,7 +150,16 @@ func (p Proxy) Equal(o Proxy) bool {
 			x.Phase, x.Recorded, x.Deleting, x.Draining, x.AwaitingVerdict, h.ProbeURL, h.IntervalSeconds, h.TimeoutSeconds, h.FailureThreshold, h.SuccessThreshold}
 	}
 	return s(p) == s(o) && equalCredentials(p.Credentials, o.Credentials) && maps.Equal(p.Attributes, o.Attributes) &&
-		slices.Equal(p.HealthCheck.ExpectedStatusCodes, o.HealthCheck.ExpectedStatusCodes) && equalVerify(p.Verify, o.Verify)
+		slices.Equal(p.HealthCheck.ExpectedStatusCodes, o.HealthCheck.ExpectedStatusCodes) && equalVerify(p.Verify, o.Verify) &&
+		equalVendor(p.Vendor, o.Vendor)
+}
+
+func equalVendor(a, b *v1.VendorSpec) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.UsernameTemplate == b.UsernameTemplate && a.PricePerGiB == b.PricePerGiB &&
+		a.SessionLifetimeSeconds == b.SessionLifetimeSeconds && slices.Equal(a.Countries, b.Countries)
 }
 
 // SameVerification reports whether an exit check's verdict on p and on o must be the same:
@@ -236,8 +292,15 @@ func (v *View) Complete() bool {
 func (v *View) CompleteAt() time.Time { return v.started.Add(v.warmup) }
 
 // Matches reports whether attrs hold every pair of the selector (equality on each; an empty
-// selector matches everything). Listing and leasing both select proxies with it.
+// selector matches everything but vendor proxies). Listing and leasing both select proxies
+// with it. A vendor proxy (v1.SourceAttribute) matches only a selector that names the
+// attribute: bought traffic is never handed to a request that did not ask for it.
 func Matches(attrs, sel map[string]string) bool {
+	if _, vendor := attrs[v1.SourceAttribute]; vendor {
+		if _, asked := sel[v1.SourceAttribute]; !asked {
+			return false
+		}
+	}
 	for k, v := range sel {
 		if got, ok := attrs[k]; !ok || got != v {
 			return false

@@ -142,3 +142,27 @@ func TestConcurrentUse(t *testing.T) {
 		t.Errorf("%d proxies, want at most 10", v.Len())
 	}
 }
+
+func TestVendorSourceMatching(t *testing.T) {
+	vendor := fleet.WithSource(map[string]string{"geo": "us"}, true)
+	own := fleet.WithSource(map[string]string{"geo": "us", v1.SourceAttribute: v1.SourceVendor}, false)
+	tests := []struct {
+		name  string
+		attrs map[string]string
+		sel   map[string]string
+		want  bool
+	}{
+		{"vendor, empty selector", vendor, nil, false},
+		{"vendor, another attribute", vendor, map[string]string{"geo": "us"}, false},
+		{"vendor, asked for", vendor, map[string]string{v1.SourceAttribute: v1.SourceVendor}, true},
+		{"own proxy claiming the source", own, nil, true},
+		{"own proxy, vendor asked for", own, map[string]string{v1.SourceAttribute: v1.SourceVendor}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := fleet.Matches(tc.attrs, tc.sel); got != tc.want {
+				t.Errorf("Matches(%v, %v) = %v, want %v", tc.attrs, tc.sel, got, tc.want)
+			}
+		})
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/internal/clocktest"
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
 	"github.com/proxy-operator/proxy-operator/internal/healthtest"
@@ -86,6 +87,7 @@ func Run(t *testing.T, f Factory) {
 		{"HolderShares", testHolderShares},
 		{"BandBeforeLoadAndLatency", testBandOrder},
 		{"AdmitDeniesRecords", testAdmit},
+		{"VendorOnlyWhenAsked", testVendorOnlyWhenAsked},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, f) })
 	}
@@ -999,5 +1001,23 @@ func testCooling(t *testing.T, f Factory) {
 				t.Errorf("Cooling(%+v) mismatch (-want +got):\n%s", tc.q, diff)
 			}
 		})
+	}
+}
+
+// testVendorOnlyWhenAsked: a vendor proxy (v1.SourceAttribute) is leased only by a request
+// whose selector names the attribute, even when it is the only healthy proxy (decision 0293).
+func testVendorOnlyWhenAsked(t *testing.T, f Factory) {
+	vendor := map[string]string{v1.SourceAttribute: v1.SourceVendor}
+	fx := newFixture(t, f, spec{name: "vendor", attrs: vendor, max: 100, latency: 1}, spec{name: "own", max: 1, latency: 50})
+	l, err := fx.acquire(t, lease.Request{Target: "site"})
+	if err != nil || l.Proxy.Key != "ns/own" {
+		t.Fatalf("an ordinary request got %q, %v; want ns/own", l.Proxy.Key, err)
+	}
+	if l, err := fx.acquire(t, lease.Request{Target: "site2"}); err == nil {
+		t.Fatalf("with our own proxy full, an ordinary request got %s; want no match", l.Proxy.Key)
+	}
+	l, err = fx.acquire(t, lease.Request{Selector: vendor})
+	if err != nil || l.Proxy.Key != "ns/vendor" {
+		t.Fatalf("a request naming the source got %q, %v; want ns/vendor", l.Proxy.Key, err)
 	}
 }

@@ -2,7 +2,8 @@
 // share: leases, cooldowns and sessions, the per attribute-set index that picks a proxy, and
 // the fleet and health records the operator publishes for replicas to read. Every operation
 // that decides runs as one Lua script on the Redis server, so replicas never race each other.
-// It knows nothing of HTTP, of how health is probed or of how the fleet view is filled.
+// It also keeps what the gateway replicas share: the pace book (pace.go) and the usage per
+// team, source and period that budgets are checked against (usage.go). It knows nothing of HTTP, of how health is probed or of how the fleet view is filled.
 package redisstore
 
 import (
@@ -530,7 +531,7 @@ func (s *Store) match(ctx context.Context, sel map[string]string, nss []string, 
 	}
 	ids := []string{}
 	for id, attrs := range s.buckets {
-		if containsAll(attrs, sel) && (nss == nil || slices.Contains(nss, s.bns[id])) {
+		if fleet.Matches(attrs, sel) && (nss == nil || slices.Contains(nss, s.bns[id])) {
 			ids = append(ids, id)
 		}
 	}
@@ -548,15 +549,6 @@ func selKey(sel map[string]string, nss []string) string {
 	}
 	n, _ := json.Marshal(nss)
 	return string(b) + "\x00" + string(n)
-}
-
-func containsAll(attrs, sel map[string]string) bool {
-	for k, v := range sel {
-		if got, ok := attrs[k]; !ok || got != v {
-			return false
-		}
-	}
-	return true
 }
 
 // decode reads the published records a script handed back; a record the store cannot read

@@ -127,6 +127,8 @@ type Discovery struct {
 	// Console, when set, serves every path under /ui (the web console, -console) beside the
 	// API, outside its bearer-token auth: the console has its own login.
 	Console http.Handler
+	// Usage is the gateway of the same process, read by GET /v1/usage (nil: an empty list).
+	Usage UsageView
 
 	once       sync.Once
 	lastActive atomic.Int64 // the gauge's value when the store cannot answer
@@ -287,6 +289,7 @@ func (d *Discovery) router() http.Handler {
 	r := httpx.NewRouter(d.http.observe, d.auth)
 	r.Get("/v1/proxies", d.serve(d.listProxies))
 	r.Get("/v1/sites", d.serve(d.listSites))
+	r.Get("/v1/usage", d.serve(d.listUsage))
 	r.Post("/v1/leases", d.serve(d.acquire))
 	r.Delete("/v1/leases/{id}", d.serve(d.release))
 	r.Post("/v1/leases/{id}/renew", d.serve(d.renew))

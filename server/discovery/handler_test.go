@@ -589,3 +589,18 @@ func TestUnauthorizedIsLoggedAndCounted(t *testing.T) {
 		t.Errorf("a token reached the log:\n%s", logs)
 	}
 }
+
+// TestVendorSourcesAreNeverLeased: a vendor proxy's credential is the vendor account's, so
+// the lease API neither hands one out to an ordinary selector nor lets one be asked for
+// (decision 0293).
+func TestVendorSourcesAreNeverLeased(t *testing.T) {
+	f := newDiscFixture(t, discOpts{token: discToken})
+	f.add("vendor", map[string]string{"crawl.example.com/source": "vendor"}, 100, verdict.Healthy, 10)
+	if r := f.do(t, "POST", "/v1/leases", discToken, `{}`); r.code != 409 {
+		t.Errorf("an ordinary lease with only a vendor proxy: %d %s, want 409", r.code, r.body)
+	}
+	r := f.do(t, "POST", "/v1/leases", discToken, `{"selector":{"crawl.example.com/source":"vendor"}}`)
+	if r.code != 400 || !strings.Contains(string(r.body), "served through the gateway only") {
+		t.Errorf("a lease asking for the vendor source: %d %s, want 400 naming the gateway", r.code, r.body)
+	}
+}

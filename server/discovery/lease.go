@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	v1 "github.com/proxy-operator/proxy-operator/api/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/client"
 	"github.com/proxy-operator/proxy-operator/lease"
 	"github.com/proxy-operator/proxy-operator/server/discovery/access"
@@ -34,6 +35,11 @@ func (d *Discovery) acquire(w http.ResponseWriter, r *http.Request) error {
 		if err := checkSelectorPair(k, v); err != nil {
 			return httpx.Wrap(http.StatusBadRequest, err, "selector")
 		}
+	}
+	if _, ok := req.Selector[v1.SourceAttribute]; ok {
+		// A lease answer carries the proxy's credential: a vendor account's never leaves the
+		// operator (decision 0293).
+		return httpx.Errorf(http.StatusBadRequest, "selector %s: vendor sources are served through the gateway only, never leased (their credential is the vendor account's)", v1.SourceAttribute)
 	}
 	target, err := normalizeTarget(req.Target, false)
 	if err != nil {

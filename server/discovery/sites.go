@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/proxy-operator/proxy-operator/client"
 	"github.com/proxy-operator/proxy-operator/lease"
@@ -30,6 +31,16 @@ type SitePace struct {
 	// Traffic is the recent sends to the site per namespace of the upstream (decayed over
 	// five minutes).
 	Traffic map[string]float64
+	// Vendor, when set, says the site's requests go to a vendor source (the waterfall).
+	Vendor *SiteVendor
+}
+
+// SiteVendor is a site's time with a vendor source: since when, until when our own proxies
+// are tried again, and why it went (refused: our proxies got the same 403; cooling: every
+// one that fits is cooling or banned for it).
+type SiteVendor struct {
+	Since, Until time.Time
+	Reason       string
 }
 
 // SitesView is the read-only view of a gateway in the same process (nil: no gateway, and
@@ -90,7 +101,11 @@ func (d *Discovery) SiteList(ctx context.Context, caller *access.Caller, limit i
 				c := round3(p.Ceiling)
 				pj.CeilingPerUpstream = &c
 			}
-			paces = append(paces, client.Site{Host: p.Site, RecentRequests: round3(tr), Pace: pj, Cooldowns: []client.SiteCooldown{}})
+			s := client.Site{Host: p.Site, RecentRequests: round3(tr), Pace: pj, Cooldowns: []client.SiteCooldown{}}
+			if v := p.Vendor; v != nil {
+				s.Vendor = &client.SiteVendor{Since: v.Since.UTC(), Until: v.Until.UTC(), Reason: v.Reason}
+			}
+			paces = append(paces, s)
 		}
 	}
 	slices.SortFunc(paces, bySiteOrder)

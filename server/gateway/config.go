@@ -23,13 +23,16 @@ type Config struct {
 	MaxHeaderBytes   int
 	IdleTimeout      time.Duration
 	PerProxyMetrics  bool
+	// Waterfall and WaterfallCooldown: the per-site waterfall to vendor sources (vendor.go).
+	Waterfall         bool
+	WaterfallCooldown time.Duration
 }
 
 // DefaultConfig is the flags' defaults.
 func DefaultConfig() Config {
 	return Config{LeaseTTL: DefaultLeaseTTL, MaxTries: DefaultMaxTries, MaxRetryBody: DefaultMaxRetryBody,
 		MaxConns: DefaultMaxConns, MaxConnsPerToken: DefaultMaxConnsPerToken, MaxHeaderBytes: DefaultMaxHeaderBytes,
-		IdleTimeout: DefaultIdleTimeout}
+		IdleTimeout: DefaultIdleTimeout, WaterfallCooldown: DefaultWaterfallCooldown}
 }
 
 // RegisterFlags adds the -gateway-* flags to fs, with c's values as defaults. addrUsage says
@@ -45,6 +48,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, addrUsage string) {
 	fs.IntVar(&c.MaxConnsPerToken, "gateway-max-conns-per-token", c.MaxConnsPerToken, "requests and tunnels in flight per token (beyond: 429)")
 	fs.IntVar(&c.MaxHeaderBytes, "gateway-max-header-bytes", c.MaxHeaderBytes, "largest request head (beyond: 431)")
 	fs.DurationVar(&c.IdleTimeout, "gateway-idle-timeout", c.IdleTimeout, "time without traffic after which a keep-alive connection, a tunnel or a body ends")
+	fs.BoolVar(&c.Waterfall, "gateway-waterfall", c.Waterfall, "send a site's requests to a vendor source (a Proxy with spec.vendor) while our own proxies cannot get it (two refuse it with 403, or all are cooling for it), and try our own again after -gateway-waterfall-cooldown")
+	fs.DurationVar(&c.WaterfallCooldown, "gateway-waterfall-cooldown", c.WaterfallCooldown, "how long the waterfall keeps a site with the vendor source before our own proxies are tried again")
 	fs.BoolVar(&c.PerProxyMetrics, "gateway-metrics-per-proxy", c.PerProxyMetrics, "label the gateway byte counters by proxy too (a series per proxy and pool)")
 }
 
@@ -63,6 +68,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("-gateway-max-header-bytes %d: want 1 KiB to 1 MiB", c.MaxHeaderBytes)
 	case c.IdleTimeout < time.Second:
 		return errors.New("-gateway-idle-timeout must be at least 1s")
+	case c.Waterfall && c.WaterfallCooldown < time.Second:
+		return errors.New("-gateway-waterfall-cooldown must be at least 1s")
 	}
 	return nil
 }
@@ -76,6 +83,7 @@ func (c Config) Apply(g *Gateway) error {
 	g.Rules = rules
 	c.setLimits(g)
 	g.PerProxyMetrics = c.PerProxyMetrics
+	g.Waterfall, g.WaterfallCooldown = c.Waterfall, c.WaterfallCooldown
 	return nil
 }
 

@@ -99,11 +99,12 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, p pick) error 
 			tk  paceTicket
 			err error
 		)
-		if again != nil {
+		switch {
+		case again != nil:
 			h = again
 			tk, err = g.waitPace(ctx, target, h.l.Proxy.Key, g.Now().Add(g.QueueWait))
-		} else {
-			h, tk, err = g.take(ctx, p, target, held, true)
+		default:
+			h, tk, err = g.takeTry(ctx, p, target, held, true)
 		}
 		if err != nil {
 			if tries == 0 {
@@ -179,11 +180,22 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, p pick) error 
 				g.Log.Info("gateway 403 from two upstreams: the site refuses the request, no ban", "target", target,
 					"proxies", []string{suspect.h.l.Proxy.Key, h.l.Proxy.Key})
 				suspect = nil
+				if g.Waterfall && !h.l.Proxy.IsVendor() && body.retryable() && tries < g.MaxTries {
+					// Or it refuses our fleet's addresses, as sites that block datacenter
+					// ranges do: the waterfall asks a vendor (decision 0294).
+					g.toVendor(target, waterRefused)
+					continue
+				}
 				break
 			}
 			// A bare 403 bans nobody yet: another upstream is asked first (kept held, so the
 			// report can still be made through its lease).
 			suspect = &suspect403{h: h, rule: rule, hdr: resp.Header.Clone()}
+			if h.l.Proxy.IsVendor() {
+				// The second opinion must come from another exit: a vendor session's next
+				// try asks the vendor for a new one (decision 0294).
+				g.vendorBanned(h)
+			}
 			continue
 		}
 		if rule.Result == lease.ResultRateLimited {
@@ -273,6 +285,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, p pick) error 
 	g.m.bytes(final, "out", r.ContentLength)
 	n, err := copyIdle(w, resp.Body, rc, g.IdleTimeout, touch)
 	g.m.bytes(final, "in", n)
+	g.account(p.caller, final, n, r.ContentLength)
 	if err != nil {
 		g.Log.Debug("gateway body relay ended early", "proxy", final.l.Proxy.Key, "target", target, "err", err)
 	}

@@ -130,6 +130,13 @@ type Gateway struct {
 	Logins *httpx.LoginThrottle
 	// Book shares the pace between replicas (nil: this process paces alone; pacebook.go).
 	Book PaceBook
+	// UsageBook keeps usage across restarts and replicas (nil: this process counts alone;
+	// usage.go).
+	UsageBook UsageBook
+	// Waterfall sends a site's requests to a vendor source while our own proxies cannot get
+	// it (refused or cooling), for WaterfallCooldown at a time (vendor.go, decision 0294).
+	Waterfall         bool
+	WaterfallCooldown time.Duration
 
 	once         sync.Once
 	transport    *http.Transport
@@ -144,6 +151,8 @@ type Gateway struct {
 	slots    map[string]*slot // sticky sessions with a lease in use, by session key and target
 	freed    chan struct{}    // closed (and replaced) whenever this gateway releases a lease
 	recent   map[string][]string
+	water    *waterfall
+	usage    *usage
 }
 
 func (g *Gateway) init() {
@@ -185,6 +194,8 @@ func (g *Gateway) init() {
 	g.inflight = map[string]int{}
 	g.slots = map[string]*slot{}
 	g.recent = map[string][]string{}
+	g.water = newWaterfall()
+	def(&g.WaterfallCooldown, DefaultWaterfallCooldown)
 	g.freed = make(chan struct{})
 	dialer := &net.Dialer{Timeout: g.DialTimeout, KeepAlive: 30 * time.Second}
 	g.transport = &http.Transport{
@@ -202,6 +213,7 @@ func (g *Gateway) init() {
 		ForceAttemptHTTP2:  false,
 	}
 	g.m = newMetrics(g.Registerer, g.PerProxyMetrics)
+	g.usage = newUsage(g.Registerer)
 	g.initEgress()
 	if g.Budget == nil {
 		limit, _ := membudget.Limit(0)

@@ -23,6 +23,9 @@ type hold struct {
 	l        lease.Lease
 	upstream *url.URL // with the upstream's credential: never logged (log l.Proxy.Key)
 	pool     string
+	// sessionKey is the gateway session of a vendor hold ("" : none), whose vendor session
+	// moves to another exit when this one is banned (vendor.go).
+	sessionKey string
 
 	slot    *slot       // nil: not shared
 	refs    int         // guarded by slot.mu
@@ -295,6 +298,21 @@ func (g *Gateway) leaveSlot(s *slot) {
 // report tells the store what a rule saw through h for target, as a crawler's report would.
 func (g *Gateway) report(ctx context.Context, h *hold, target string, r *Rule, hdr http.Header) {
 	g.markBad(h)
+	if h.l.Proxy.IsVendor() {
+		// The site refused one of the vendor's exits, not the vendor: no cooldown for the
+		// Proxy (it would stop every other session). A ban moves the session to another exit
+		// (decision 0294); a rate limit keeps it (a request without a session has a fresh
+		// exit at every try anyway).
+		g.m.bans.WithLabelValues(r.Name, string(r.Result)).Inc()
+		if r.Result == lease.ResultBanned {
+			g.vendorBanned(h)
+		}
+		g.Log.Info("gateway vendor exit refused by site", "proxy", h.l.Proxy.Key, "target", target, "rule", r.Name, "result", r.Result)
+		return
+	}
+	if r.Result == lease.ResultBanned {
+		g.noteBan(target)
+	}
 	rep := lease.Report{Result: r.Result, Target: target}
 	if r.Result == lease.ResultRateLimited {
 		rep.RetryAfter = retryAfter(hdr, g.Now(), g.MaxRetryAfter)

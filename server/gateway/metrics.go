@@ -25,6 +25,7 @@ type metrics struct {
 	connsRefused prometheus.Counter
 	connsEvicted prometheus.Counter
 	retryBodies  *prometheus.CounterVec
+	waterfall    *prometheus.CounterVec
 	perProxy     bool
 }
 
@@ -77,6 +78,10 @@ func newMetrics(reg prometheus.Registerer, perProxy bool) *metrics {
 			Name: "proxy_operator_gateway_retry_bodies_total",
 			Help: "Request bodies of idempotent requests within the retry limit, by fate: kept (for retries), streamed (the memory budget had no room: sent once), too_long (a chunked body past the limit: sent once).",
 		}, []string{"fate"}),
+		waterfall: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "proxy_operator_gateway_waterfall_total",
+			Help: "Per-site waterfall decisions, by decision (to_vendor: a site sent to a vendor source, by reason refused or cooling; vendor: a try sent to a vendor source; back_to_fleet: a site's time with the vendor over, our own proxies tried again, by the reason it had; exit_check_failed: a gateway session's vendor exit outside the vendor Proxy's spec.verify.expectedExit).",
+		}, []string{"decision", "reason"}),
 	}
 	for _, f := range []string{"kept", "streamed", "too_long"} {
 		m.retryBodies.WithLabelValues(f)
@@ -86,7 +91,7 @@ func newMetrics(reg prometheus.Registerer, perProxy bool) *metrics {
 		m.tries.WithLabelValues(k)
 	}
 	if reg != nil {
-		reg.MustRegister(m.requests, m.tries, m.bans, m.byteCount, m.upstream, m.tunnels, m.authFailures, m.conns, m.connsRefused, m.connsEvicted, m.retryBodies)
+		reg.MustRegister(m.requests, m.tries, m.bans, m.byteCount, m.upstream, m.tunnels, m.authFailures, m.conns, m.connsRefused, m.connsEvicted, m.retryBodies, m.waterfall)
 	}
 	return m
 }

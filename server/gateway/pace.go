@@ -395,5 +395,5 @@ func (g *Gateway) Sites() []discovery.SitePace {
 		}
 		out = append(out, discovery.SitePace{Site: s.name, Rate: s.rate, Ceiling: s.ceil, Queue: s.waiting, Traffic: tr})
 	}
-	return out
+	return g.waterfallSites(out)
 }

@@ -16,8 +16,9 @@ import (
 	"github.com/proxy-operator/proxy-operator/server/gateway"
 )
 
-// redisGateway is one gateway replica with its own Redis client over the shared store.
-func redisGateway(t testing.TB, addr string, view *fleet.View, h *healthtest.Map) *env {
+// redisGateway is one gateway replica with its own Redis client over the shared store; mod
+// adjusts it before it serves (nil: nothing).
+func redisGateway(t testing.TB, addr string, view *fleet.View, h *healthtest.Map, mod ...func(*gateway.Gateway)) *env {
 	t.Helper()
 	client, err := redisstore.NewClient(redisstore.ClientConfig{URL: "redis://" + addr})
 	if err != nil {
@@ -28,7 +29,11 @@ func redisGateway(t testing.TB, addr string, view *fleet.View, h *healthtest.Map
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newEnvWith(t, view, h, store, nil)
+	return newEnvWith(t, view, h, store, func(g *gateway.Gateway) {
+		for _, m := range mod {
+			m(g)
+		}
+	})
 }
 
 // bookedReplicas are n gateway replicas over the Redis at addr, each booking its sends in the

@@ -58,6 +58,14 @@ type Rules struct {
 	NoDefaults bool `json:"noDefaults,omitempty"`
 	// Paces fix the pace of some sites (decision 0260): the first whose hosts match applies.
 	Paces []PaceRule `json:"paces,omitempty"`
+	// VendorHosts are path.Match globs of sites the waterfall sends to a vendor source from
+	// their first request, without trying our own fleet (with -gateway-waterfall; 0294).
+	VendorHosts []string `json:"vendorHosts,omitempty"`
+}
+
+// vendorSite reports whether a rule marks target as the vendor's from the start.
+func (rs *Rules) vendorSite(target string) bool {
+	return len(rs.VendorHosts) > 0 && (&Rule{Hosts: rs.VendorHosts}).hostMatches(target)
 }
 
 // PaceRule bounds the pace of the sites it matches: requests per second through each upstream
@@ -113,7 +121,7 @@ func ParseRules(b []byte) (*Rules, error) {
 			return nil, fmt.Errorf("%w: %w", ErrRules, err)
 		}
 	}
-	if len(rs.Rules)+len(rs.Paces) > maxRules {
+	if len(rs.Rules)+len(rs.Paces)+len(rs.VendorHosts) > maxRules {
 		return nil, fmt.Errorf("%w: %d rules, at most %d", ErrRules, len(rs.Rules), maxRules)
 	}
 	switch {
@@ -133,6 +141,11 @@ func ParseRules(b []byte) (*Rules, error) {
 			if _, err := path.Match(h, "x"); err != nil || h == "" {
 				return nil, fmt.Errorf("%w: pace %d: host glob %q is malformed", ErrRules, i+1, h)
 			}
+		}
+	}
+	for _, h := range rs.VendorHosts {
+		if _, err := path.Match(h, "x"); err != nil || h == "" {
+			return nil, fmt.Errorf("%w: vendorHosts: host glob %q is malformed", ErrRules, h)
 		}
 	}
 	for i := range rs.Rules {

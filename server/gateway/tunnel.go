@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/proxy-operator/proxy-operator/server/discovery/access"
 	"github.com/proxy-operator/proxy-operator/server/httpx"
 )
 
@@ -72,7 +73,7 @@ func (g *Gateway) tunnel(ctx context.Context, c tunnelClient, kind string, p pic
 		}
 	}()
 	for tries < g.MaxTries {
-		h, _, err := g.take(ctx, p, target, held, false)
+		h, _, err := g.takeTry(ctx, p, target, held, false)
 		if err != nil {
 			if tries == 0 {
 				return g.leaseError(err)
@@ -94,7 +95,7 @@ func (g *Gateway) tunnel(ctx context.Context, c tunnelClient, kind string, p pic
 			g.done(o)
 		}
 		held = held[len(held)-1:]
-		g.splice(c, kind, up, br, h, tries)
+		g.splice(c, kind, up, br, h, tries, p.caller)
 		return nil
 	}
 	g.m.tries.WithLabelValues(kind).Observe(float64(tries))
@@ -140,7 +141,7 @@ func (g *Gateway) connectUpstream(ctx context.Context, h *hold, authority string
 
 // splice answers the client and relays bytes both ways until either side closes or neither
 // sends for IdleTimeout.
-func (g *Gateway) splice(c tunnelClient, kind string, up net.Conn, upr *bufio.Reader, h *hold, tries int) {
+func (g *Gateway) splice(c tunnelClient, kind string, up net.Conn, upr *bufio.Reader, h *hold, tries int, caller *access.Caller) {
 	defer up.Close()
 	client, cr, err := c.established(h, tries)
 	if err != nil {
@@ -153,6 +154,7 @@ func (g *Gateway) splice(c tunnelClient, kind string, up net.Conn, upr *bufio.Re
 	in, out := pipeIdle(client, cr, up, upr, g.IdleTimeout)
 	g.m.bytes(h, "out", out)
 	g.m.bytes(h, "in", in)
+	g.account(caller, h, in, out)
 }
 
 // httpTunnel is the client end of an HTTP CONNECT.

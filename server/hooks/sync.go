@@ -325,6 +325,11 @@ func (h *Hooks) record(log *slog.Logger, p *v1.Proxy, d lifecycle.Decision, cred
 		// with 44 KB values kept 254 MiB and made every list 8 MB).
 		attrs, maxLeases = nil, 0
 	}
+	vendor := p.Spec.Vendor
+	if invalid {
+		vendor = nil
+	}
+	attrs = fleet.WithSource(attrs, vendor != nil)
 	h.Fleet.Upsert(fleet.Proxy{
 		Key:         p.Key(),
 		UID:         string(p.UID),
@@ -345,5 +350,6 @@ func (h *Hooks) record(log *slog.Logger, p *v1.Proxy, d lifecycle.Decision, cred
 		Draining:        p.Labels[v1.PoolDrainingLabel] == "true",
 		AwaitingVerdict: d.ProbeIP != "",
 		Verify:          p.Spec.Verify,
+		Vendor:          vendor,
 	})
 }

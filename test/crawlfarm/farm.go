@@ -37,6 +37,22 @@ type Site struct {
 	Tolerance int
 	// Ban is the first ban's length; RepeatBan every later one's.
 	Ban, RepeatBan time.Duration
+	// Refuse are source ranges this site answers 403 whatever their rate (counted as Refused
+	// and DCRefused), as a site that blocks datacenter ranges does: FleetRanges are the mock
+	// fleet's addresses, while a vendor's residential exits (127.0.0.0/16) stay welcome.
+	Refuse []netip.Prefix
+}
+
+// FleetRanges cover 127.1.0.0-127.255.255.255, every address a mock proxy dials from
+// (providers/mock.Address), and none of 127.0.0.0/16, where the sites and the stand-in
+// vendor's exits live.
+func FleetRanges() []netip.Prefix {
+	var out []netip.Prefix
+	for bits := 16; bits >= 9; bits-- {
+		second := byte(1 << (16 - bits)) // 127.1/16, 127.2/15, ... 127.128/9
+		out = append(out, netip.PrefixFrom(netip.AddrFrom4([4]byte{127, second, 0, 0}), bits))
+	}
+	return out
 }
 
 // Validate says what is wrong with a site's parameters.
@@ -216,6 +232,9 @@ func (s *site) serve(w http.ResponseWriter, r *http.Request, f *Farm) {
 		ip = r.RemoteAddr
 	}
 	dc, delay := f.Treated(ip)
+	if a, err := netip.ParseAddr(ip); err == nil && slices.ContainsFunc(s.cfg.Refuse, func(p netip.Prefix) bool { return p.Contains(a.Unmap()) }) {
+		dc = true
+	}
 	if delay > 0 {
 		t := time.NewTimer(delay)
 		select {

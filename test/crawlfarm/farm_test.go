@@ -147,3 +147,34 @@ func TestTreatment(t *testing.T) {
 		t.Errorf("datacenter address counts %+v: want 2 refusals and no ban", got)
 	}
 }
+
+func TestSiteRefusesFleetRanges(t *testing.T) {
+	cfg := Lenient("dc-blocking", "127.0.10.201:0")
+	cfg.Refuse = FleetRanges()
+	f, err := Start([]Site{cfg, Lenient("open", "127.0.10.202:0")})
+	if err != nil {
+		t.Skipf("cannot listen: %v", err)
+	}
+	t.Cleanup(f.Close)
+	blocking, open := "http://"+f.Hosts()[0]+"/", "http://"+f.Hosts()[1]+"/"
+	for _, c := range []struct {
+		ip          string
+		url         string
+		want        int
+		description string
+	}{
+		{"127.1.0.1", blocking, 403, "the lowest fleet address"},
+		{"127.200.3.4", blocking, 403, "a fleet address"},
+		{"127.255.255.254", blocking, 403, "the highest fleet address"},
+		{"127.0.200.7", blocking, 200, "a residential exit"},
+		{"127.200.3.4", open, 200, "a fleet address on a site that blocks nobody"},
+	} {
+		if got, _ := get(t, from(t, c.ip), c.url); got != c.want {
+			t.Errorf("%s (%s): got %d, want %d", c.description, c.ip, got, c.want)
+		}
+	}
+	st := f.Stats()
+	if got := st.Sites[0].DCRefused; got != 3 {
+		t.Errorf("the blocking site counted %d datacenter refusals, want 3", got)
+	}
+}

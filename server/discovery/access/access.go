@@ -47,6 +47,29 @@ type Caller struct {
 	Name       string
 	Namespaces []string // AllNamespaces for every one
 	Right      Right
+	// Budgets cap the token's traffic through vendor sources (decision 0295).
+	Budgets []Budget
+}
+
+// Budget periods: a UTC calendar day or month.
+const (
+	PeriodDay   = "day"
+	PeriodMonth = "month"
+)
+
+// AnyVendor is a budget's source for the sum of every vendor source.
+const AnyVendor = "*"
+
+// Budget caps the bytes, in and out, a token's gateway traffic sends through a vendor
+// source in one period; past it the gateway refuses that traffic (our own proxies still
+// serve).
+type Budget struct {
+	// Source is a vendor Proxy's namespace/name, or AnyVendor for all of them together.
+	Source string `json:"source"`
+	// Period is day or month (UTC calendar periods).
+	Period string `json:"period"`
+	// Bytes is the cap, at least 1.
+	Bytes int64 `json:"bytes"`
 }
 
 // MayRead reports whether the caller may see proxies of namespace ns.
@@ -127,6 +150,9 @@ type TokenSpec struct {
 	// password, and without a username it selects with the port's (decision 0279). Only for
 	// lease tokens; an address is one token's. The discovery API ignores them.
 	Ports []PortSpec `json:"ports,omitempty"`
+	// Budgets cap the token's gateway traffic through vendor sources per day or month
+	// (decision 0295). Only for lease tokens; one per source and period.
+	Budgets []Budget `json:"budgets,omitempty"`
 }
 
 // PortSpec is a gateway listener of a token's own.
@@ -290,6 +316,10 @@ func New(specs []TokenSpec) (*Tokens, error) {
 		if err := t.addPorts(id, c, s.Ports); err != nil {
 			return nil, err
 		}
+		if err := checkBudgets(id, c, s.Budgets); err != nil {
+			return nil, err
+		}
+		c.Budgets = slices.Clone(s.Budgets)
 	}
 	return t, nil
 }
@@ -374,6 +404,19 @@ func (t *Tokens) BySource(addr netip.Addr) *Caller {
 // Len is the number of tokens.
 func (t *Tokens) Len() int { return len(t.entries) }
 
+// ByName is the caller of the token named name (nil: none, or t is nil).
+func (t *Tokens) ByName(name string) *Caller {
+	if t == nil {
+		return nil
+	}
+	for _, e := range t.entries {
+		if e.caller.Name == name {
+			return e.caller
+		}
+	}
+	return nil
+}
+
 // LeaseHolders is how many tokens may lease in namespace ns (their scope names it or every
 // namespace): the holders among whom its capacity is shared.
 func (t *Tokens) LeaseHolders(ns string) int {
@@ -413,4 +456,29 @@ func (t *Tokens) Token(tok string) (*Caller, error) {
 		return nil, ErrInvalidToken
 	}
 	return found, nil
+}
+
+// checkBudgets says what is wrong with a token's budgets: each of a lease token, naming a
+// source (namespace/name or AnyVendor) and a period, with a positive cap, one per source
+// and period.
+func checkBudgets(id string, c *Caller, budgets []Budget) error {
+	if len(budgets) > 0 && c.Right != RightLease {
+		return fmt.Errorf("%s: budgets: only a token with the lease right may have them", id)
+	}
+	seen := map[[2]string]bool{}
+	for _, b := range budgets {
+		ns, name, ok := strings.Cut(b.Source, "/")
+		switch {
+		case b.Source != AnyVendor && (!ok || ns == "" || name == ""):
+			return fmt.Errorf("%s: budget source %q: want a vendor Proxy's namespace/name or %q", id, b.Source, AnyVendor)
+		case b.Period != PeriodDay && b.Period != PeriodMonth:
+			return fmt.Errorf("%s: budget for %s: period %q: want day or month", id, b.Source, b.Period)
+		case b.Bytes < 1:
+			return fmt.Errorf("%s: budget for %s per %s: bytes must be at least 1", id, b.Source, b.Period)
+		case seen[[2]string{b.Source, b.Period}]:
+			return fmt.Errorf("%s: two budgets for %s per %s", id, b.Source, b.Period)
+		}
+		seen[[2]string{b.Source, b.Period}] = true
+	}
+	return nil
 }

@@ -135,6 +135,11 @@ func TestParseRejects(t *testing.T) {
 		{"ports of a read token", "tokens:\n  - {name: a, token: abc-0123456789abcdef, namespaces: [x], right: read, ports: [{addr: ':8101', protocol: http}]}\n", "only a token with the lease right"},
 		{"port protocol", "tokens:\n  - {name: a, token: abc-0123456789abcdef, namespaces: [x], right: lease, ports: [{addr: ':8101', protocol: socks4}]}\n", `protocol "socks4"`},
 		{"port twice", "tokens:\n  - {name: a, token: abc-0123456789abcdef, namespaces: [x], right: lease, ports: [{addr: ':8101', protocol: http}]}\n  - {name: b, token: abd-0123456789abcdef, namespaces: [x], right: lease, ports: [{addr: ':8101', protocol: socks5}]}\n", "port :8101 is token a's too"},
+		{"budget of a read token", "tokens:\n  - {name: a, token: abc-0123456789abcdef, namespaces: [x], right: read, budgets: [{source: '*', period: day, bytes: 1}]}\n", "budgets: only a token with the lease right"},
+		{"budget source", "tokens:\n  - {name: a, token: abc-0123456789abcdef, namespaces: [x], right: lease, budgets: [{source: oxylabs, period: day, bytes: 1}]}\n", `budget source "oxylabs"`},
+		{"budget period", "tokens:\n  - {name: a, token: abc-0123456789abcdef, namespaces: [x], right: lease, budgets: [{source: '*', period: week, bytes: 1}]}\n", `period "week"`},
+		{"budget bytes", "tokens:\n  - {name: a, token: abc-0123456789abcdef, namespaces: [x], right: lease, budgets: [{source: '*', period: day, bytes: 0}]}\n", "bytes must be at least 1"},
+		{"budget twice", "tokens:\n  - {name: a, token: abc-0123456789abcdef, namespaces: [x], right: lease, budgets: [{source: ns/v, period: day, bytes: 1}, {source: ns/v, period: day, bytes: 2}]}\n", "two budgets for ns/v per day"},
 		{"allowlists overlap", "tokens:\n  - {name: a, token: abc-0123456789abcdef, namespaces: [x], right: lease, allowlist: [10.1.0.0/16]}\n  - {name: b, token: abd-0123456789abcdef, namespaces: [x], right: lease, allowlist: [10.1.2.3]}\n", "overlaps token a's 10.1.0.0/16"},
 	}
 	for _, tc := range tests {
