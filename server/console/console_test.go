@@ -26,9 +26,11 @@ import (
 	"github.com/proxy-operator/proxy-operator/server/discovery/access"
 )
 
-// Tokens of the tests: an admin of every namespace, a reader of namespace a, a leaser of b.
+// Tokens of the tests: an admin of every namespace, a reader of namespace a, a leaser of b,
+// an admin of namespace a.
 const (
 	adminToken  = "admin-token-0123456789abcdef"
+	adminAToken = "admin-a-token-0123456789abcd"
 	readerToken = "reader-a-token-0123456789abc"
 	leaserToken = "leaser-b-token-0123456789abc"
 	xss         = `<script>alert(1)</script>`
@@ -67,6 +69,7 @@ func newEnv(t testing.TB, proxies int, kube *console.Kube, tls bool) *env {
 		{Name: "admin", Token: adminToken, Namespaces: []string{access.AllNamespaces}, Right: access.RightAdmin},
 		{Name: "reader-a", Token: readerToken, Namespaces: []string{"a"}, Right: access.RightRead},
 		{Name: "leaser-b", Token: leaserToken, Namespaces: []string{"b"}, Right: access.RightLease},
+		{Name: "admin-a", Token: adminAToken, Namespaces: []string{"a"}, Right: access.RightAdmin},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -183,9 +183,12 @@ func (c *Console) checkPost(next http.Handler) http.Handler {
 // as a failed login counted against the address).
 func parseForm(w http.ResponseWriter, r *http.Request) error {
 	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
-	err := r.ParseMultipartForm(maxFormBytes)
-	if errors.Is(err, http.ErrNotMultipart) {
-		err = nil // ParseMultipartForm parsed the urlencoded form before saying so
+	// ParseForm first: ParseMultipartForm drops its error on a body that is not multipart.
+	err := r.ParseForm()
+	if err == nil {
+		if err = r.ParseMultipartForm(maxFormBytes); errors.Is(err, http.ErrNotMultipart) {
+			err = nil
+		}
 	}
 	var tooLarge *http.MaxBytesError
 	switch {
