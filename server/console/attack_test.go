@@ -11,11 +11,15 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/chromedp"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/proxy-operator/proxy-operator/internal/browsertest"
 	"github.com/proxy-operator/proxy-operator/internal/fleet"
 	"github.com/proxy-operator/proxy-operator/internal/verdict"
 	"github.com/proxy-operator/proxy-operator/lease"
@@ -493,5 +497,78 @@ func TestAttackBounds(t *testing.T) {
 		if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(body, fmt.Sprintf("form over %d bytes", 16<<10)) {
 			t.Errorf("%s with a 20 KiB form: %d, want 413 saying so", path, resp.StatusCode)
 		}
+	}
+}
+
+// TestBrowserAttackXSS: the hostile tenant's pages in Chromium run no script of a payload: no
+// dialog opens, and no Content-Security-Policy violation is reported (which would mean markup
+// was injected and only the policy stopped it).
+func TestBrowserAttackXSS(t *testing.T) {
+	browsertest.Chromium(t)
+	e := hostileEnv(t)
+	ctx := newBrowser(t)
+	var mu sync.Mutex
+	var dialogs []string
+	dismiss := make(chan struct{}, 16)
+	if err := chromedp.Listen(ctx, func(ev any) {
+		if d, ok := ev.(*page.EventJavascriptDialogOpening); ok {
+			mu.Lock()
+			dialogs = append(dialogs, d.Message)
+			mu.Unlock()
+			select {
+			case dismiss <- struct{}{}:
+			default:
+			}
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for range dismiss { // a dialog blocks the page: close it so the test fails, not hangs
+			_, _ = chromedp.Call(ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: false})
+		}
+	}()
+	t.Cleanup(func() { close(dismiss) })
+	// Recorded by the protocol, which the page's policy does not govern.
+	if _, err := chromedp.Call(ctx, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{
+		Source: `window.__violations = []; document.addEventListener("securitypolicyviolation", e => window.__violations.push(e.violatedDirective + " " + e.sample));`}); err != nil {
+		t.Fatal(err)
+	}
+	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, steps...); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	next := url.QueryEscape("/ui/" + payloads[1])
+	do("log in", chromedp.Navigate(e.srv.URL+"/ui/login?next="+next), chromedp.WaitVisible(chromedp.CSS(`input[name=token]`)),
+		chromedp.SendKeys(chromedp.CSS(`input[name=token]`), adminToken), chromedp.Submit(chromedp.CSS(`form.login`)),
+		chromedp.WaitVisible(chromedp.CSS(`h1`)))
+	paths := []string{"/ui/fleet?per=500", "/ui/pools", "/ui/sites", "/ui/leases", "/ui/traffic"}
+	for _, p := range payloads {
+		paths = append(paths, "/ui/fleet?q="+url.QueryEscape(p)+"&pool="+url.QueryEscape(p), "/ui/"+url.PathEscape(p))
+	}
+	for _, path := range paths {
+		do(path, chromedp.Navigate(e.srv.URL+path), chromedp.WaitVisible(chromedp.CSS(`h1`)))
+		// Hover every cell and input, for the handlers a broken-out attribute would add.
+		if _, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("td,input,figure").forEach(n => n.dispatchEvent(new MouseEvent("mouseover", {bubbles: true}))); 0`)); err != nil {
+			t.Fatalf("%s: hover: %v", path, err)
+		}
+		// Violations are reported in tasks of their own: read them two tasks later.
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`new Promise(r => setTimeout(() => setTimeout(() => r(window.__violations), 0), 0))`, chromedp.EvalAwaitPromise))
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		if len(v) > 0 {
+			t.Errorf("%s: policy violations %v: markup was injected", path, v)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(dialogs) > 0 {
+		t.Errorf("a payload ran: dialogs %q", dialogs)
+	}
+	if rows, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("img,iframe").length`)); err != nil || rows != 0 {
+		t.Errorf("injected elements on the last page: %d (%v)", rows, err)
 	}
 }
