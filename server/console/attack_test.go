@@ -13,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
@@ -53,15 +52,8 @@ func hostileEnv(t *testing.T) *env {
 			Attributes: map[string]string{"pool": p, "k" + p: p}})
 		e.health.Set(key, verdict.Health{State: verdict.Healthy, Band: "Good", Exit: verdict.Exit{IP: "203.0.113.7", Country: p, ASN: 64501}})
 	}
-	ctx := context.Background()
 	for _, p := range payloads {
-		l, err := e.store.Acquire(ctx, lease.Request{TTL: time.Minute, Namespaces: []string{"a"}, Target: p, SessionKey: p, Holder: "admin"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := e.store.Report(ctx, l.ID, lease.Report{Result: lease.ResultRateLimited, Target: p, RetryAfter: time.Hour}); err != nil {
-			t.Fatal(err)
-		}
+		e.acquire(t, lease.Request{Namespaces: []string{"a"}, Target: p, SessionKey: p, Holder: "admin"}, p)
 	}
 	reg := prometheus.NewRegistry()
 	bytesVec := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "proxy_operator_gateway_bytes_total", Help: "h"}, []string{"direction", "pool", "proxy"})
@@ -157,22 +149,13 @@ func TestAttackXSS(t *testing.T) {
 func TestAttackCSRF(t *testing.T) {
 	e := newEnv(t, 0, nil, false)
 	ctx := context.Background()
-	l, err := e.store.Acquire(ctx, lease.Request{TTL: time.Minute, Namespaces: []string{"a"}, Holder: "admin", Target: "shop.example"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.store.Report(ctx, l.ID, lease.Report{Result: lease.ResultRateLimited, Target: "shop.example", RetryAfter: time.Hour}); err != nil {
-		t.Fatal(err)
-	}
-	l2, err := e.store.Acquire(ctx, lease.Request{TTL: time.Minute, Namespaces: []string{"a"}, Holder: "admin"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := e.acquire(t, lease.Request{Namespaces: []string{"a"}, Holder: "admin", Target: "shop.example"}, "shop.example")
+	e.acquire(t, lease.Request{Namespaces: []string{"a"}, Holder: "admin"}, "")
 	c := e.client(t)
 	token := e.login(t, c, adminToken)
 	other := e.login(t, e.client(t), adminToken)
 	_, body := e.get(t, c, "/ui/leases")
-	handle := regexp.MustCompile(`name="lease" value="([0-9a-f]+)"`).FindStringSubmatch(body)[1]
+	handle := leaseHandle(t, body)
 	forms := map[string]url.Values{
 		"/ui/proxies/drain":  {"proxy": {"a/p1"}, "drain": {"true"}},
 		"/ui/leases/release": {"lease": {handle}},
@@ -220,6 +203,7 @@ func TestAttackCSRF(t *testing.T) {
 		}{
 			{"no form token", "POST", urlencoded, with(""), "", "", http.StatusForbidden},
 			{"another session's token", "POST", urlencoded, with(other), "", "", http.StatusForbidden},
+			{"a wrong token", "POST", urlencoded, with(strings.Repeat("0", len(token))), "", "", http.StatusForbidden},
 			{"a cross-site origin", "POST", urlencoded, with(token), "https://evil.example", "", http.StatusForbidden},
 			{"Origin: null (a sandboxed frame, a data: URL)", "POST", urlencoded, with(token), "null", "", http.StatusForbidden},
 			{"a cross-site referer", "POST", urlencoded, with(token), "", "https://evil.example/x", http.StatusForbidden},
@@ -248,7 +232,6 @@ func TestAttackCSRF(t *testing.T) {
 	if resp, _ := e.get(t, noRedirect(c), "/ui/fleet"); resp.StatusCode != 200 {
 		t.Errorf("the session ended after refused logouts: %d", resp.StatusCode)
 	}
-	_ = l2
 	// The same-origin form with its token works, and from a multipart body too.
 	var mp bytes.Buffer
 	mw := multipart.NewWriter(&mp)
@@ -279,22 +262,13 @@ func TestAttackLoginCSRF(t *testing.T) {
 func TestAttackCrossNamespace(t *testing.T) {
 	e := newEnv(t, 0, nil, false)
 	ctx := context.Background()
-	lb, err := e.store.Acquire(ctx, lease.Request{TTL: time.Minute, Namespaces: []string{"b"}, Holder: "leaser-b", Target: "secret-b.example", SessionKey: "secret-b-session"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.store.Report(ctx, lb.ID, lease.Report{Result: lease.ResultRateLimited, Target: "secret-b.example", RetryAfter: time.Hour}); err != nil {
-		t.Fatal(err)
-	}
-	la, err := e.store.Acquire(ctx, lease.Request{TTL: time.Minute, Namespaces: []string{"a"}, Holder: "admin", Target: "shop.example"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	lb := e.acquire(t, lease.Request{Namespaces: []string{"b"}, Holder: "leaser-b", Target: "secret-b.example", SessionKey: "secret-b-session"}, "secret-b.example")
+	la := e.acquire(t, lease.Request{Namespaces: []string{"a"}, Holder: "admin", Target: "shop.example"}, "")
 	// The handle of b's lease, as an admin of every namespace sees it.
 	admin := e.client(t)
 	e.login(t, admin, adminToken)
 	_, body := e.get(t, admin, "/ui/leases?ns=b")
-	handleB := regexp.MustCompile(`name="lease" value="([0-9a-f]+)"`).FindStringSubmatch(body)[1]
+	handleB := leaseHandle(t, body)
 
 	secrets := []string{"p2", "p3", "secret-b", "leaser-b", ">b<", "b/web", handleB}
 	var paths []string
@@ -354,7 +328,7 @@ func TestAttackCrossNamespace(t *testing.T) {
 	c := e.client(t)
 	csrf := e.login(t, c, readerToken)
 	_, body = e.get(t, admin, "/ui/leases?ns=a")
-	handleA := regexp.MustCompile(`name="lease" value="([0-9a-f]+)"`).FindStringSubmatch(body)[1]
+	handleA := leaseHandle(t, body)
 	for _, tc := range []struct {
 		path string
 		form url.Values
@@ -428,14 +402,10 @@ func TestAttackSessions(t *testing.T) {
 // unknown included, and no secret in any page or asset.
 func TestAttackHeaders(t *testing.T) {
 	e := newEnv(t, 0, nil, false)
-	ctx := context.Background()
 	e.view.Upsert(fleet.Proxy{Key: "a/cred", UID: "uid-cred", IP: "10.1.0.2", Port: 3128, MaxLeases: 4, Phase: "Ready",
 		Credentials: &fleet.Credentials{Username: "upstream-user-x", Password: "upstream-pw-secret"}})
 	e.health.Set("a/cred", verdict.Health{State: verdict.Healthy})
-	l, err := e.store.Acquire(ctx, lease.Request{TTL: time.Minute, Holder: "admin"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := e.acquire(t, lease.Request{Holder: "admin"}, "")
 	c := e.client(t)
 	csrf := e.login(t, c, adminToken)
 	nr := noRedirect(c)
