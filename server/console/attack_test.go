@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"mime/multipart"
+	"net"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -13,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
@@ -540,5 +542,63 @@ func TestBrowserAttackXSS(t *testing.T) {
 	}
 	if rows, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("img,iframe").length`)); err != nil || rows != 0 {
 		t.Errorf("injected elements on the last page: %d (%v)", rows, err)
+	}
+}
+
+// TestBrowserAttackCSRF: in Chromium, a page of another origin (127.0.0.2) that auto-submits
+// forms to the console: its login form does not log the victim in as the attacker's token,
+// and its release forms (urlencoded and text/plain, without the form token it cannot read)
+// release nothing.
+func TestBrowserAttackCSRF(t *testing.T) {
+	browsertest.Chromium(t)
+	e := newEnv(t, 0, nil, false)
+	e.acquire(t, lease.Request{Namespaces: []string{"b"}, Holder: "leaser-b"}, "")
+	admin := e.client(t)
+	e.login(t, admin, adminToken)
+	_, body := e.get(t, admin, "/ui/leases")
+	handle := leaseHandle(t, body) // the attacker may know it: a handle is no secret
+	ln, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages := map[string]string{
+		"/login":   `<form method="post" action="` + e.srv.URL + `/ui/login"><input name="token" value="` + readerToken + `"></form>`,
+		"/release": `<form method="post" action="` + e.srv.URL + `/ui/leases/release"><input name="lease" value="` + handle + `"></form>`,
+		"/plain":   `<form method="post" enctype="text/plain" action="` + e.srv.URL + `/ui/leases/release"><input name="lease" value="` + handle + `"></form>`,
+	}
+	evil := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		fmt.Fprint(w, `<!doctype html><body>`+pages[r.URL.Path]+`<script>document.forms[0].submit()</script>`)
+	})}
+	go func() { _ = evil.Serve(ln) }()
+	t.Cleanup(func() { _ = evil.Close() })
+	evilURL := "http://" + ln.Addr().String()
+
+	ctx := newBrowser(t, "127.0.0.2")
+	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, steps...); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	do("log in", chromedp.Navigate(e.srv.URL+"/ui/leases"), chromedp.WaitVisible(chromedp.CSS(`input[name=token]`)),
+		chromedp.SendKeys(chromedp.CSS(`input[name=token]`), adminToken), chromedp.Submit(chromedp.CSS(`form.login`)),
+		chromedp.WaitVisible(chromedp.CSS(`form[action="/ui/leases/release"]`)))
+	for _, path := range []string{"/login", "/release", "/plain"} {
+		do(path, chromedp.Navigate(evilURL+path), chromedp.WaitVisible(chromedp.CSS(`main h1`)))
+		got, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`main`)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(got, "403") && !strings.Contains(got, "401") {
+			t.Errorf("the attacker's %s form: the console answered %q, want a refusal", path, got)
+		}
+	}
+	do("back to the console", chromedp.Navigate(e.srv.URL+"/ui/leases"), chromedp.WaitVisible(chromedp.CSS(`form.who`)))
+	if who, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`form.who b`))); who != "admin" {
+		t.Errorf("after the attacker's login form the browser is logged in as %q, want still admin", who)
+	}
+	if n, _ := e.store.Count(context.Background()); n != 1 {
+		t.Errorf("%d live leases after the attacker's release forms, want 1", n)
 	}
 }

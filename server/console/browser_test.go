@@ -80,13 +80,19 @@ func waitFor(t *testing.T, what string, limit time.Duration, cond func() bool) {
 	}
 }
 
-func newBrowser(t *testing.T) context.Context {
+// newBrowser starts Chromium for the console on 127.0.0.1 and the other loopback addresses
+// given (a hostile page's origin).
+func newBrowser(t *testing.T, also ...string) context.Context {
 	t.Helper()
+	rules := "MAP * ~NOTFOUND , EXCLUDE 127.0.0.1"
+	for _, a := range also {
+		rules += " , EXCLUDE " + a
+	}
 	bctx, _ := browsertest.Start(t, chromedp.WindowSize(1400, 900),
 		// Loopback only: Chromium's own calls go to a proxy that is not there and resolve no
 		// name; the console on 127.0.0.1 bypasses the proxy, as loopback always does.
 		chromedp.ProxyServer("http://127.0.0.1:9"),
-		chromedp.Flag("host-resolver-rules", "MAP * ~NOTFOUND , EXCLUDE 127.0.0.1"))
+		chromedp.Flag("host-resolver-rules", rules))
 	ctx, cancel := context.WithTimeout(bctx, 3*time.Minute)
 	t.Cleanup(cancel)
 	return ctx
