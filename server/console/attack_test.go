@@ -506,12 +506,7 @@ func TestBrowserAttackXSS(t *testing.T) {
 		Source: `window.__violations = []; document.addEventListener("securitypolicyviolation", e => window.__violations.push(e.violatedDirective + " " + e.sample));`}); err != nil {
 		t.Fatal(err)
 	}
-	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(ctx, steps...); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
+	do := doer(t, ctx)
 	next := url.QueryEscape("/ui/" + payloads[1])
 	do("log in", chromedp.Navigate(e.srv.URL+"/ui/login?next="+next), chromedp.WaitVisible(chromedp.CSS(`input[name=token]`)),
 		chromedp.SendKeys(chromedp.CSS(`input[name=token]`), adminToken), chromedp.Submit(chromedp.CSS(`form.login`)),
@@ -575,12 +570,7 @@ func TestBrowserAttackCSRF(t *testing.T) {
 	evilURL := "http://" + ln.Addr().String()
 
 	ctx := newBrowser(t, "127.0.0.2")
-	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(ctx, steps...); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
+	do := doer(t, ctx)
 	do("log in", chromedp.Navigate(e.srv.URL+"/ui/leases"), chromedp.WaitVisible(chromedp.CSS(`input[name=token]`)),
 		chromedp.SendKeys(chromedp.CSS(`input[name=token]`), adminToken), chromedp.Submit(chromedp.CSS(`form.login`)),
 		chromedp.WaitVisible(chromedp.CSS(`form[action="/ui/leases/release"]`)))

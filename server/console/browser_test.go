@@ -98,6 +98,16 @@ func newBrowser(t *testing.T, also ...string) context.Context {
 	return ctx
 }
 
+// doer runs chromedp steps in ctx and fails the test naming what they were doing.
+func doer(t *testing.T, ctx context.Context) func(what string, steps ...chromedp.Action[chromedp.Void]) {
+	return func(what string, steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, steps...); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+}
+
 func TestBrowser(t *testing.T) {
 	browsertest.Chromium(t) // skip before starting an operator
 	op := startOperator(t)
@@ -134,12 +144,7 @@ func TestBrowser(t *testing.T) {
 		}
 		return s
 	}
-	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(ctx, steps...); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
+	do := doer(t, ctx)
 
 	// Log in: the fleet without a session sends the browser to the login page.
 	do("open the console", chromedp.Navigate(base+"/ui/fleet?sort=latency"), chromedp.WaitVisible(chromedp.CSS(`input[name=token]`)))
@@ -251,12 +256,7 @@ func TestBrowserDrain(t *testing.T) {
 	browsertest.Chromium(t)
 	d := newDrainEnv(t) // skips without KUBEBUILDER_ASSETS
 	ctx := newBrowser(t)
-	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(ctx, steps...); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
+	do := doer(t, ctx)
 	do("log in", chromedp.Navigate(d.srv.URL+"/ui/fleet?ns=crawl"), chromedp.WaitVisible(chromedp.CSS(`input[name=token]`)),
 		chromedp.SendKeys(chromedp.CSS(`input[name=token]`), adminToken), chromedp.Submit(chromedp.CSS(`form.login`)),
 		chromedp.WaitVisible(chromedp.CSS(`table#fleet form[action="/ui/proxies/drain"] button`)))
