@@ -2,10 +2,15 @@ package console_test
 
 import (
 	"context"
+	"io"
+	"net/http"
+	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,19 +23,22 @@ import (
 	"github.com/proxy-operator/proxy-operator/internal/browsertest"
 	"github.com/proxy-operator/proxy-operator/internal/kube"
 	"github.com/proxy-operator/proxy-operator/server"
+	"github.com/proxy-operator/proxy-operator/server/gateway"
+	"github.com/proxy-operator/proxy-operator/test/crawlfarm"
 )
 
 // The browser test drives Debian's headless Chromium with chromedp (decision 0291) against a
 // real operator with its demo fleet and -console: log in, see the fleet, sort it, see that
 // drain is unavailable without a cluster and release a crawler's lease instead, and see a site
-// cooling after a crawler reported a 429 through the lease API; and, against a real
+// of the crawl farm cooling after it answered the gateway 429; and, against a real
 // kube-apiserver, drain a Proxy from the page. With CONSOLE_SCREENSHOTS=1 they write a
 // screenshot of every page to docs/console/ (the README links them).
 
 const crawlerToken = "crawler-token-0123456789abcdef"
 
 // startOperator runs the real operator in process: a demo fleet of 3, no cluster, the
-// console on the discovery listener, an admin token and a crawler's lease token.
+// console on the discovery listener, an admin token and a crawler's lease token, and the
+// gateway, which may reach loopback targets (the crawl farm's sites).
 func startOperator(t *testing.T) *server.Operator {
 	t.Helper()
 	t.Setenv("KUBECONFIG", "")
@@ -42,7 +50,9 @@ func startOperator(t *testing.T) *server.Operator {
 	}
 	op, err := server.New(server.Config{Hooks: server.HooksConfig{Addr: "127.0.0.1:0"},
 		Discovery: server.DiscoveryAPIConfig{Addr: "127.0.0.1:0", TokenFile: tokens, Console: true},
-		Demo:      server.DemoConfig{Proxies: 3}})
+		Demo:      server.DemoConfig{Proxies: 3},
+		Gateway:   gateway.Config{Addr: "127.0.0.1:0"},
+		Egress:    server.EgressConfig{TargetAllow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,16 +80,32 @@ func waitFor(t *testing.T, what string, limit time.Duration, cond func() bool) {
 	}
 }
 
-func newBrowser(t *testing.T) context.Context {
+// newBrowser starts Chromium for the console on 127.0.0.1 and the other loopback addresses
+// given (a hostile page's origin).
+func newBrowser(t *testing.T, also ...string) context.Context {
 	t.Helper()
+	rules := "MAP * ~NOTFOUND , EXCLUDE 127.0.0.1"
+	for _, a := range also {
+		rules += " , EXCLUDE " + a
+	}
 	bctx, _ := browsertest.Start(t, chromedp.WindowSize(1400, 900),
 		// Loopback only: Chromium's own calls go to a proxy that is not there and resolve no
 		// name; the console on 127.0.0.1 bypasses the proxy, as loopback always does.
 		chromedp.ProxyServer("http://127.0.0.1:9"),
-		chromedp.Flag("host-resolver-rules", "MAP * ~NOTFOUND , EXCLUDE 127.0.0.1"))
+		chromedp.Flag("host-resolver-rules", rules))
 	ctx, cancel := context.WithTimeout(bctx, 3*time.Minute)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// doer runs chromedp steps in ctx and fails the test naming what they were doing.
+func doer(t *testing.T, ctx context.Context) func(what string, steps ...chromedp.Action[chromedp.Void]) {
+	return func(what string, steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, steps...); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
 }
 
 func TestBrowser(t *testing.T) {
@@ -118,12 +144,7 @@ func TestBrowser(t *testing.T) {
 		}
 		return s
 	}
-	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(ctx, steps...); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
+	do := doer(t, ctx)
 
 	// Log in: the fleet without a session sends the browser to the login page.
 	do("open the console", chromedp.Navigate(base+"/ui/fleet?sort=latency"), chromedp.WaitVisible(chromedp.CSS(`input[name=token]`)))
@@ -150,19 +171,53 @@ func TestBrowser(t *testing.T) {
 		t.Errorf("names after sorting descending: %v (%v)", names, err)
 	}
 
-	// A crawler holds a lease and reports a 429 on a site: the Sites page shows it cooling.
+	// A crawler fetches a rate-limited site of the crawl farm through the gateway, faster than
+	// it allows: the site answers 429, the gateway reports it, and the Sites page shows the
+	// site cooling on the proxy that was refused. (No session in the username: a session keeps
+	// its upstream through a 429 and no cooldown is recorded, decision 0269.)
+	// Stricter than the gateway's first pace (one a second per upstream) so that it gets 429s
+	// before it learns, with a Retry-After that outlasts the page's load.
+	limited := crawlfarm.Site{Name: "issue-34", Addr: "127.0.10.34:0", RPS: 0.2, Burst: 1, RetryAfter: time.Minute,
+		Tolerance: 5, Ban: time.Minute, RepeatBan: time.Minute}
+	farm, err := crawlfarm.Start([]crawlfarm.Site{limited})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(farm.Close)
+	site := farm.Hosts()[0]
+	viaGateway := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{
+		Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: op.GatewayAddr(), User: url.UserPassword("any", crawlerToken)})}}
+	// Six at once: the site allows one per 5 s per source address, the demo proxies are three.
+	var wg sync.WaitGroup
+	for range 6 {
+		wg.Go(func() {
+			resp, err := viaGateway.Get("http://" + site + "/page")
+			if err != nil {
+				t.Errorf("through the gateway: %v", err)
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		})
+	}
+	wg.Wait()
+	if st := farm.Stats().Total; st.Limited == 0 {
+		t.Fatalf("6 requests at once through the gateway, no 429 from the farm: %+v", st)
+	}
+	waitFor(t, "the gateway's report of the 429", 10*time.Second, func() bool {
+		sl, err := crawler.Sites(ctx, 0)
+		return err == nil && sl.CoolingTotal > 0
+	})
+	do("open sites", chromedp.Navigate(base+"/ui/sites"), chromedp.WaitVisible(chromedp.CSS(`div.cooldown`)))
+	if got := text("tbody"); !strings.Contains(got, site) || !strings.Contains(got, ": rate_limited") {
+		t.Errorf("the Sites page %q: want %s cooling (rate_limited)", got, site)
+	}
+	shot("sites")
+
 	l, err := crawler.Lease(ctx, client.LeaseRequest{Selector: map[string]string{"demo": "true"}, Target: "shop.example"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := crawler.Report(ctx, l.ID, client.Report{Result: client.ResultRateLimited, Target: "shop.example", RetryAfter: 10 * time.Minute}); err != nil {
-		t.Fatal(err)
-	}
-	do("open sites", chromedp.Navigate(base+"/ui/sites"), chromedp.WaitVisible(chromedp.CSS(`div.cooldown`)))
-	if got := text("div.cooldown"); !strings.Contains(got, l.Proxy.ID+": rate_limited") {
-		t.Errorf("the Sites page's cooldown %q, want %s rate_limited", got, l.Proxy.ID)
-	}
-	shot("sites")
 
 	// The Leases page shows the crawler's lease by token; release it from the console.
 	do("open leases", chromedp.Navigate(base+"/ui/leases"), chromedp.WaitVisible(chromedp.CSS(`form[action="/ui/leases/release"]`)))
@@ -201,12 +256,7 @@ func TestBrowserDrain(t *testing.T) {
 	browsertest.Chromium(t)
 	d := newDrainEnv(t) // skips without KUBEBUILDER_ASSETS
 	ctx := newBrowser(t)
-	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(ctx, steps...); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
+	do := doer(t, ctx)
 	do("log in", chromedp.Navigate(d.srv.URL+"/ui/fleet?ns=crawl"), chromedp.WaitVisible(chromedp.CSS(`input[name=token]`)),
 		chromedp.SendKeys(chromedp.CSS(`input[name=token]`), adminToken), chromedp.Submit(chromedp.CSS(`form.login`)),
 		chromedp.WaitVisible(chromedp.CSS(`table#fleet form[action="/ui/proxies/drain"] button`)))

@@ -221,6 +221,8 @@ type fleetView struct {
 	From, To   int
 	Prev, Next string
 	Complete   bool
+	Past       bool // the page asked for is past Last
+	Last       int
 }
 
 // fleetRows is the page of rows q asks for among the Proxies caller may read, with the
@@ -280,7 +282,11 @@ func (c *Console) fleetPage(w http.ResponseWriter, r *http.Request) error {
 	if len(rows) > 0 {
 		v.From, v.To = (q.Page-1)*q.Per+1, (q.Page-1)*q.Per+len(rows)
 	}
-	if q.Page > 1 {
+	if last := max(1, (total+q.Per-1)/q.Per); q.Page > last {
+		// A link kept from a larger fleet, or a page number typed: say so, and link the last.
+		v.Past, v.Last = true, last
+		v.Prev = q.url(func(g *fleetQuery) { g.Page = last })
+	} else if q.Page > 1 {
 		v.Prev = q.url(func(g *fleetQuery) { g.Page-- })
 	}
 	if v.To < total {

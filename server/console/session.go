@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
+	"errors"
 	"net/http"
 	"net/url"
 	"strings"
@@ -30,15 +31,21 @@ type session struct {
 }
 
 // sessions is the server-side table of logins, keyed by a digest of the cookie's id (so a
-// lookup's timing says nothing about the id), bounded: a login past the bound takes the place
-// of the session that ends first.
+// lookup's timing says nothing about the id), bounded twice: a token holds at most
+// maxPerToken sessions, and a login past either bound takes the place of the session that
+// ends first, of that token when it is at its own bound. So a flood of logins with one token
+// (any reader's) replaces that token's sessions, not the on-call's.
 type sessions struct {
-	mu  sync.Mutex
-	m   map[[sha256.Size]byte]*session
-	max int
-	ttl time.Duration
-	now func() time.Time
+	mu          sync.Mutex
+	m           map[[sha256.Size]byte]*session
+	max         int
+	maxPerToken int
+	ttl         time.Duration
+	now         func() time.Time
 }
+
+// maxSessionsPerToken bounds one token's sessions: more browsers than one person uses.
+const maxSessionsPerToken = 64
 
 func newSessions(max int, ttl time.Duration, now func() time.Time) *sessions {
 	if max <= 0 {
@@ -47,7 +54,7 @@ func newSessions(max int, ttl time.Duration, now func() time.Time) *sessions {
 	if ttl <= 0 {
 		ttl = DefaultSessionTTL
 	}
-	return &sessions{m: map[[sha256.Size]byte]*session{}, max: max, ttl: ttl, now: now}
+	return &sessions{m: map[[sha256.Size]byte]*session{}, max: max, maxPerToken: min(max, maxSessionsPerToken), ttl: ttl, now: now}
 }
 
 func randomHex() string {
@@ -63,21 +70,31 @@ func (s *sessions) create(c *access.Caller) (string, *session) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
-	if len(s.m) >= s.max {
-		var first [sha256.Size]byte
-		var firstEnd time.Time
-		for k, v := range s.m {
-			if !now.Before(v.expires) {
-				delete(s.m, k)
-				continue
-			}
-			if firstEnd.IsZero() || v.expires.Before(firstEnd) {
-				first, firstEnd = k, v.expires
+	// One pass: drop the ended, count the token's own, find the first to end of the token's
+	// and of all.
+	var first, firstOwn [sha256.Size]byte
+	var firstEnd, firstOwnEnd time.Time
+	own := 0
+	for k, v := range s.m {
+		if !now.Before(v.expires) {
+			delete(s.m, k)
+			continue
+		}
+		if firstEnd.IsZero() || v.expires.Before(firstEnd) {
+			first, firstEnd = k, v.expires
+		}
+		if v.caller.Name == c.Name {
+			own++
+			if firstOwnEnd.IsZero() || v.expires.Before(firstOwnEnd) {
+				firstOwn, firstOwnEnd = k, v.expires
 			}
 		}
-		if len(s.m) >= s.max {
-			delete(s.m, first)
-		}
+	}
+	switch {
+	case own >= s.maxPerToken:
+		delete(s.m, firstOwn)
+	case len(s.m) >= s.max:
+		delete(s.m, first)
 	}
 	s.m[sha256.Sum256([]byte(id))] = sess
 	return id, sess
@@ -147,7 +164,10 @@ func (c *Console) checkPost(next http.Handler) http.Handler {
 			c.renderError(w, r, err)
 			return
 		}
-		r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+		if err := parseForm(w, r); err != nil {
+			c.renderError(w, r, err)
+			return
+		}
 		sess := sessionOf(r.Context())
 		got := r.PostFormValue(csrfField)
 		if sess == nil || subtle.ConstantTimeCompare([]byte(got), []byte(sess.csrf)) != 1 {
@@ -156,6 +176,28 @@ func (c *Console) checkPost(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// parseForm reads a POST's form, at most maxFormBytes of it: a longer body is a 413 that says
+// so, not a form without its fields (which would read as a stale form token or, on the login,
+// as a failed login counted against the address).
+func parseForm(w http.ResponseWriter, r *http.Request) error {
+	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+	// ParseForm first: ParseMultipartForm drops its error on a body that is not multipart.
+	err := r.ParseForm()
+	if err == nil {
+		if err = r.ParseMultipartForm(maxFormBytes); errors.Is(err, http.ErrNotMultipart) {
+			err = nil
+		}
+	}
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		return httpx.Errorf(http.StatusRequestEntityTooLarge, "form over %d bytes refused", maxFormBytes)
+	case err != nil:
+		return httpx.Errorf(http.StatusBadRequest, "unreadable form")
+	}
+	return nil
 }
 
 var errCrossOrigin = httpx.Errorf(http.StatusForbidden, "cross-origin form refused")
@@ -203,7 +245,9 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) error {
 		return &httpx.Error{Code: http.StatusTooManyRequests, RetryAfter: httpx.RetryAfter(wait),
 			Message: "too many failed logins from this address: wait and try again"}
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+	if err := parseForm(w, r); err != nil {
+		return err // before the token is read: not a failed login
+	}
 	tok := r.PostFormValue("token")
 	next := safeNext(r.PostFormValue("next"))
 	var caller *access.Caller
